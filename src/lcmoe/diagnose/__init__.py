@@ -1,0 +1,1 @@
+"""lcmoe.diagnose"""

@@ -1,0 +1,169 @@
+"""Model FLOPs exactly as Megatron Bridge counts them for its "TFLOP/s/GPU" log line.
+
+Source: ``src/megatron/bridge/training/utils/flop_utils.py:947-1571`` (``transformer_flops``),
+transcribed in megatron-bridge-facts.md §4. Conventions (facts §4.1):
+
+* a multiply-add is 2 FLOPs, and training = forward (×1) + backward (×2), so every matmul of
+  an (a×b) weight costs ``6·a·b`` FLOPs per token;
+* causal core attention is halved; recompute is never counted; MoE counts top-k experts only;
+* the logit layer uses the vocabulary padded for TP, so the number depends on TP;
+* the router, norms (except MLA/MTP norms that Bridge counts) and softmax are not counted.
+
+Per token at fixed sequence length s (``ŝ = S2/S1 = s``):
+``F/token = MLP + A + MTP-projection + logits`` with the terms below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lcmoe.specs.model import ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class FlopsBreakdown:
+    """Training FLOPs per token (forward + backward) by term; ``total`` is their sum."""
+
+    dense_mlp: float
+    routed_experts: float
+    shared_experts: float
+    attention_projections: float
+    attention_core: float
+    linear_attention: float
+    mtp_projection: float
+    logits: float
+
+    @property
+    def total(self) -> float:
+        return (
+            self.dense_mlp + self.routed_experts + self.shared_experts + self.attention_projections
+            + self.attention_core + self.linear_attention + self.mtp_projection + self.logits
+        )
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "dense_mlp": self.dense_mlp,
+            "routed_experts": self.routed_experts,
+            "shared_experts": self.shared_experts,
+            "attention_projections": self.attention_projections,
+            "attention_core": self.attention_core,
+            "linear_attention": self.linear_attention,
+            "mtp_projection": self.mtp_projection,
+            "logits": self.logits,
+        }
+
+
+def layer_counts(spec: ModelSpec) -> tuple[int, int]:
+    """(N_dense, N_moe) including MTP layers, which take the last decoder layer's type
+    (flop_utils.py:1008-1043)."""
+    pattern = spec.moe_layer_pattern()
+    n_moe = sum(pattern) + (spec.mtp_num_layers if pattern[-1] else 0)
+    return spec.total_layers - n_moe, n_moe
+
+
+def mlp_flops_per_token(spec: ModelSpec) -> tuple[float, float, float]:
+    """(dense, routed, shared) = 6·h·e·(ffn·N_dense, f_moe·k·N_moe, f_sh·N_moe), e = 3 with GLU
+    (flop_utils.py:1523-1571)."""
+    n_dense, n_moe = layer_counts(spec)
+    h, e = spec.hidden_size, spec.glu_factor
+    dense = 6.0 * h * e * spec.ffn_hidden_size * n_dense
+    routed = 6.0 * h * e * spec.expert_ffn * spec.moe_router_topk * n_moe
+    shared = 6.0 * h * e * spec.shared_ffn * n_moe
+    return dense, routed, shared
+
+
+def mla_flops_per_token(spec: ModelSpec, seq_len: int) -> tuple[float, float]:
+    """MLA (flop_utils.py:1302-1348), per layer, ×6·L_t:
+    q = rq·(h + n·(dn+dr) + 1) (or h·n·(dn+dr)); kv = rkv·(h + n·(dn+dv) + 1) + h·dr;
+    o = n·dv·h; core = ŝ·n·(dn+dr)/2 + ŝ·n·dv/2. Returns (projections, core)."""
+    h, n = spec.hidden_size, spec.num_attention_heads
+    dn, dr, dv = spec.qk_head_dim, spec.qk_pos_emb_head_dim, spec.v_head_dim
+    rq, rkv = spec.q_lora_rank, spec.kv_lora_rank
+    q_term = rq * (h + n * (dn + dr) + 1) if rq else h * n * (dn + dr)
+    kv_term = rkv * (h + n * (dn + dv) + 1) + h * dr
+    o_term = n * dv * h
+    core = seq_len * n * (dn + dr) / 2 + seq_len * n * dv / 2
+    layers = spec.total_layers
+    return 6.0 * layers * (q_term + kv_term + o_term), 6.0 * layers * core
+
+
+def gqa_projection_per_layer(spec: ModelSpec) -> float:
+    """proj = h·(q + 2·kv + gate) + q·h, q = d·n, kv = d·g, gate = q with output gate
+    (flop_utils.py:1350-1410)."""
+    q = spec.head_dim * spec.num_attention_heads
+    kv = spec.head_dim * spec.query_groups
+    gate = q if spec.attention_output_gate else 0
+    return float(spec.hidden_size * (q + 2 * kv + gate) + q * spec.hidden_size)
+
+
+def swa_context(spec: ModelSpec, seq_len: int) -> float:
+    """Average attended keys per query under a causal window: c = W − W(W−1)/(2s) if W < s,
+    else s/2 (flop_utils.py sliding-window branch)."""
+    w = spec.window_tokens
+    return w - w * (w - 1) / (2 * seq_len) if w < seq_len else seq_len / 2
+
+
+def gdn_flops_per_layer(spec: ModelSpec) -> float:
+    """Gated DeltaNet layer: 6·(h·in_proj + conv·(2·qk + vd) + nv·dv²·4 + h·vd),
+    in_proj = 2·qk + 2·vd + 2·nv; independent of s (flop_utils.py:1410-1470)."""
+    h = spec.hidden_size
+    qk = spec.linear_key_head_dim * spec.linear_num_key_heads
+    nv, dv = spec.linear_num_value_heads, spec.linear_value_head_dim
+    vd = dv * nv
+    in_proj = 2 * qk + 2 * vd + 2 * nv
+    return 6.0 * (h * in_proj + spec.linear_conv_kernel_dim * (2 * qk + vd) + nv * dv * dv * 4 + h * vd)
+
+
+def gqa_flops_per_token(spec: ModelSpec, seq_len: int) -> tuple[float, float, float]:
+    """(projections, core, linear-attention) for GQA/MHA models with optional sliding window
+    and Gated DeltaNet layers. Full layer core = q·ŝ; SWA layer core = 2·q·c; MTP layers take
+    the last decoder layer's kind."""
+    proj = gqa_projection_per_layer(spec)
+    q = spec.head_dim * spec.num_attention_heads
+    mtp = spec.mtp_num_layers
+    gdn_pattern = spec.linear_attention_pattern()
+    n_gdn = sum(gdn_pattern) + (mtp if gdn_pattern[-1] else 0)
+    swa_pattern = spec.sliding_window_pattern()
+    n_swa = sum(swa_pattern) + (mtp if swa_pattern[-1] else 0)
+    n_std = spec.total_layers - n_gdn
+    n_full = n_std - n_swa
+    core = 6.0 * (n_full * q * seq_len + n_swa * 2 * q * swa_context(spec, seq_len)) if n_swa else 6.0 * n_std * q * seq_len
+    projections = 6.0 * n_std * proj
+    linear = n_gdn * gdn_flops_per_layer(spec)
+    return projections, core, linear
+
+
+def mtp_projection_flops_per_token(spec: ModelSpec) -> float:
+    """6·m·(3h + 2h²): per MTP layer, 3 norms and the 2h→h eh projection (flop_utils.py:1523-1571)."""
+    h = spec.hidden_size
+    return 6.0 * spec.mtp_num_layers * (3 * h + 2 * h * h)
+
+
+def logits_flops_per_token(spec: ModelSpec, tp: int = 1) -> float:
+    """6·h·V·(m + 1) with V padded for TP (vocab_utils.py:45-59): main head and each MTP head."""
+    return 6.0 * spec.hidden_size * spec.padded_vocab_size(tp) * (spec.mtp_num_layers + 1)
+
+
+def flops_per_token(spec: ModelSpec, seq_len: int, *, tp: int = 1) -> FlopsBreakdown:
+    """Bridge's model FLOPs per token for fixed-length (non-packed) sequences of ``seq_len``."""
+    dense, routed, shared = mlp_flops_per_token(spec)
+    if spec.multi_latent_attention:
+        projections, core = mla_flops_per_token(spec, seq_len)
+        linear = 0.0
+    else:
+        projections, core, linear = gqa_flops_per_token(spec, seq_len)
+    return FlopsBreakdown(
+        dense_mlp=dense,
+        routed_experts=routed,
+        shared_experts=shared,
+        attention_projections=projections,
+        attention_core=core,
+        linear_attention=linear,
+        mtp_projection=mtp_projection_flops_per_token(spec),
+        logits=logits_flops_per_token(spec, tp),
+    )
+
+
+def flops_per_step(spec: ModelSpec, seq_len: int, global_batch_size: int, *, tp: int = 1) -> float:
+    """F = GBS·s·(FLOPs per token): what Bridge divides by step time and world size."""
+    return global_batch_size * seq_len * flops_per_token(spec, seq_len, tp=tp).total

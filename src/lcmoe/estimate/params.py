@@ -1,0 +1,186 @@
+"""Parameter counts per layer, split into dense (replicated over EP, sharded over TP) and
+routed-expert (sharded over EP×ETP) parameters.
+
+Counts follow the module structure of Megatron-Core's layers (weights and biases; buffers such
+as the router expert bias are not parameters). Symbols as in ``lcmoe.specs.model``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from lcmoe.specs.model import ModelSpec
+
+
+class AttentionKind(str, Enum):
+    MLA = "mla"
+    GQA = "gqa"
+    SWA = "swa"
+    GDN = "gdn"
+
+
+@dataclass(frozen=True, slots=True)
+class LayerParams:
+    """Parameters of one transformer layer. ``dense`` is every non-routed-expert parameter."""
+
+    attention: int
+    mlp_dense: int
+    routed_experts: int
+    is_moe: bool
+    attention_kind: AttentionKind
+
+    @property
+    def dense(self) -> int:
+        return self.attention + self.mlp_dense
+
+
+def attention_kind(spec: ModelSpec, layer: int) -> AttentionKind:
+    """Attention kind of decoder layer ``layer`` (0-based); MTP layers pass ``num_layers - 1``."""
+    if spec.linear_attention_pattern()[layer]:
+        return AttentionKind.GDN
+    if spec.multi_latent_attention:
+        return AttentionKind.MLA
+    if spec.sliding_window_pattern()[layer]:
+        return AttentionKind.SWA
+    return AttentionKind.GQA
+
+
+def gqa_attention_params(spec: ModelSpec) -> int:
+    """q: h·n·d (×2 with output gate), k,v: 2·h·g·d, o: n·d·h; + qkv/o biases, qk-norm 2d,
+    sinks n, input norm h."""
+    h, n, g, d = spec.hidden_size, spec.num_attention_heads, spec.query_groups, spec.head_dim
+    q_out = n * d * (2 if spec.attention_output_gate else 1)
+    params = h * (q_out + 2 * g * d) + n * d * h + h
+    if spec.add_qkv_bias:
+        params += q_out + 2 * g * d
+    if spec.add_bias_linear:
+        params += h
+    if spec.qk_layernorm:
+        params += 2 * d
+    if spec.softmax_sinks:
+        params += n
+    return params
+
+
+def mla_attention_params(spec: ModelSpec) -> int:
+    """q: h·rq + rq + rq·n·(dn+dr) (or h·n·(dn+dr) without q LoRA); kv down: h·(rkv+dr) + rkv;
+    kv up: rkv·n·(dn+dv); o: n·dv·h; input norm h."""
+    h, n = spec.hidden_size, spec.num_attention_heads
+    dn, dr, dv, rkv = spec.qk_head_dim, spec.qk_pos_emb_head_dim, spec.v_head_dim, spec.kv_lora_rank
+    rq = spec.q_lora_rank
+    q = (h * rq + rq + rq * n * (dn + dr)) if rq else h * n * (dn + dr)
+    kv = h * (rkv + dr) + rkv + rkv * n * (dn + dv)
+    return q + kv + n * dv * h + h
+
+
+def gdn_attention_params(spec: ModelSpec) -> int:
+    """Gated DeltaNet: in_proj h·(2·qk + 2·vd + 2·nv), conv (2·qk+vd)·kernel, A_log + dt_bias 2·nv,
+    output norm dv, out_proj vd·h, input norm h (qk = nk·dk, vd = nv·dv)."""
+    h = spec.hidden_size
+    qk = spec.linear_num_key_heads * spec.linear_key_head_dim
+    nv = spec.linear_num_value_heads
+    vd = nv * spec.linear_value_head_dim
+    conv = (2 * qk + vd) * spec.linear_conv_kernel_dim
+    return h * (2 * qk + 2 * vd + 2 * nv) + conv + 2 * nv + spec.linear_value_head_dim + vd * h + h
+
+
+def attention_params(spec: ModelSpec, kind: AttentionKind) -> int:
+    if kind is AttentionKind.MLA:
+        return mla_attention_params(spec)
+    if kind is AttentionKind.GDN:
+        return gdn_attention_params(spec)
+    return gqa_attention_params(spec)
+
+
+def dense_mlp_params(spec: ModelSpec, ffn: int) -> int:
+    """glu·h·ffn (+ biases (glu−1)·ffn + h) + pre-MLP norm h."""
+    h, glu = spec.hidden_size, spec.glu_factor
+    bias = (glu - 1) * ffn + h if spec.add_bias_linear else 0
+    return glu * h * ffn + bias + h
+
+
+def expert_params(spec: ModelSpec) -> int:
+    """One routed expert: glu·h·f_moe (+ biases (glu−1)·f_moe + h when experts have biases)."""
+    h, glu, f = spec.hidden_size, spec.glu_factor, spec.expert_ffn
+    bias = (glu - 1) * f + h if spec.moe_expert_bias else 0
+    return glu * h * f + bias
+
+
+def moe_dense_params(spec: ModelSpec) -> int:
+    """Non-routed part of a MoE layer: router h·E (+E bias), shared expert glu·h·f_sh (+ gate h),
+    pre-MLP norm h."""
+    h, num_experts = spec.hidden_size, spec.num_moe_experts or 0
+    router = h * num_experts + (num_experts if spec.add_bias_linear else 0)
+    shared = spec.glu_factor * h * spec.shared_ffn
+    gate = h if spec.moe_shared_expert_gate and spec.shared_ffn else 0
+    return router + shared + gate + h
+
+
+def layer_params(spec: ModelSpec, layer: int) -> LayerParams:
+    """Parameters of decoder layer ``layer``; for MTP layers pass ``spec.num_layers - 1``."""
+    kind = attention_kind(spec, layer)
+    is_moe = spec.moe_layer_pattern()[layer]
+    if is_moe:
+        mlp, experts = moe_dense_params(spec), (spec.num_moe_experts or 0) * expert_params(spec)
+    else:
+        mlp, experts = dense_mlp_params(spec, spec.ffn_hidden_size), 0
+    return LayerParams(attention_params(spec, kind), mlp, experts, is_moe, kind)
+
+
+def mtp_extra_params(spec: ModelSpec) -> int:
+    """Per MTP layer beyond its transformer layer: enorm h + hnorm h + eh_proj 2h·h + final norm h
+    (megatron/core/transformer/multi_token_prediction.py)."""
+    h = spec.hidden_size
+    return 3 * h + 2 * h * h
+
+
+@dataclass(frozen=True, slots=True)
+class ParamCount:
+    """Whole-model parameter counts (unpadded vocabulary, as publishers count)."""
+
+    total: int
+    active: int
+    embedding: int
+    output: int
+    routed_experts: int
+    mtp: int
+
+
+def count_params(spec: ModelSpec, *, include_mtp: bool = True, vocab: int | None = None) -> ParamCount:
+    """Total and active (all dense + top-k of E routed experts) parameters."""
+    v = vocab if vocab is not None else spec.vocab_size
+    h = spec.hidden_size
+    embedding = v * h
+    output = v * h if spec.untie_embeddings_and_output_weights else 0
+    dense = routed = active_routed = 0
+    per_expert = expert_params(spec)
+    for i in range(spec.num_layers):
+        lp = layer_params(spec, i)
+        dense += lp.dense
+        routed += lp.routed_experts
+        if lp.is_moe:
+            active_routed += spec.moe_router_topk * per_expert
+    mtp = 0
+    mtp_active = 0
+    if include_mtp and spec.mtp_num_layers:
+        last = layer_params(spec, spec.num_layers - 1)
+        per_layer = last.dense + last.routed_experts + mtp_extra_params(spec)
+        mtp = spec.mtp_num_layers * per_layer
+        mtp_active = spec.mtp_num_layers * (
+            last.dense + mtp_extra_params(spec) + (spec.moe_router_topk * per_expert if last.is_moe else 0)
+        )
+    final_norm = h
+    total = dense + routed + embedding + output + final_norm + mtp
+    active = dense + active_routed + embedding + output + final_norm + mtp_active
+    return ParamCount(total, active, embedding, output, routed, mtp)
+
+
+def active_as_published(spec: ModelSpec, count: ParamCount) -> int:
+    """Active parameters under the publisher's convention (which embedding matrices it leaves out)."""
+    convention = spec.published.active_convention if spec.published else "all"
+    if convention == "no_input_embedding":
+        return count.active - count.embedding
+    if convention == "no_embeddings":
+        return count.active - count.embedding - count.output
+    return count.active

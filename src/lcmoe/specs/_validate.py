@@ -1,0 +1,25 @@
+"""Turn a pydantic validation report into lcmoe's one-sentence error."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from lcmoe.errors import LcmoeError
+
+SpecT = TypeVar("SpecT", bound=BaseModel)
+
+
+def validate_or_explain(cls: type[SpecT], data: object, *, origin: str) -> SpecT:
+    """``cls.model_validate(data)``; on failure raise LcmoeError naming the first bad field."""
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or cls.__name__
+        value = err.get("input")
+        if isinstance(value, dict | list):
+            value = f"({type(value).__name__})"
+        message = err["msg"].removeprefix("Value error, ").rstrip(".")
+        raise LcmoeError(f"{origin}: {field}", value, message, "fix that field") from None

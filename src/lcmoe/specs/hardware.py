@@ -1,0 +1,61 @@
+"""HardwareSpec: one GPU and the system around it (NVLink domain, scale-out NIC, host link).
+
+Units are SI and per GPU: bytes, FLOP/s, bytes/s. Bandwidths are **one-way (per direction)**
+unless the field name says otherwise, since every transfer-time formula divides the bytes one
+GPU sends by the rate it can send them at.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from lcmoe.errors import LcmoeError
+from lcmoe.specs._validate import validate_or_explain
+
+PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
+
+
+class HardwareSpec(BaseModel):
+    """A GPU type in its usual system. Every value carries a source in ``sources``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    hbm_bytes: float = Field(gt=0, description="memory torch can allocate on one GPU (usable, not marketing)")
+    peak_flops: dict[str, float] = Field(description="dense peak FLOP/s per precision: bf16, fp8, mxfp8, nvfp4")
+    hbm_bandwidth: float = Field(gt=0, description="HBM bytes/s (datasheet)")
+    nvlink_bandwidth: float = Field(gt=0, description="NVLink bytes/s per GPU, one way")
+    nvlink_domain_size: int = Field(gt=0, description="GPUs reachable over NVLink (8 for HGX, 72 for NVL72)")
+    scaleout_bandwidth: float = Field(gt=0, description="scale-out NIC bytes/s per GPU, one way")
+    host_link_bandwidth: float = Field(gt=0, description="GPU↔host bytes/s, one way (PCIe or NVLink-C2C)")
+    host_link_kind: str = "pcie"
+    host_memory_bytes: float = Field(gt=0, description="host DRAM per GPU")
+    gpus_per_node: int = Field(default=8, gt=0)
+    sources: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_peaks(self) -> HardwareSpec:
+        if "bf16" not in self.peak_flops:
+            raise ValueError("peak_flops must give bf16")
+        for key, value in self.peak_flops.items():
+            if key not in PRECISIONS:
+                raise ValueError(f"peak_flops key {key!r} is not one of {', '.join(PRECISIONS)}")
+            if not value > 0:
+                raise ValueError(f"peak_flops[{key}] = {value} must be > 0")
+        return self
+
+    def peak(self, precision: str) -> float:
+        """Dense peak FLOP/s for a precision; MXFP8 falls back to FP8 where the GPU has no MX format."""
+        if precision in self.peak_flops:
+            return self.peak_flops[precision]
+        raise LcmoeError("precision", precision, f"{self.name} has no {precision} tensor cores",
+                         f"use one of {', '.join(self.peak_flops)}")
+
+    def supports(self, precision: str) -> bool:
+        return precision in self.peak_flops
+
+
+def hardware_from_dict(data: dict[str, object], *, origin: str) -> HardwareSpec:
+    """Build a HardwareSpec, turning pydantic's report into one sentence naming the field."""
+    return validate_or_explain(HardwareSpec, data, origin=origin)

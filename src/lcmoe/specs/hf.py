@@ -1,0 +1,250 @@
+"""Read a local Hugging Face ``config.json`` into a ModelSpec (no network).
+
+The field mapping follows Megatron Bridge's conversion (``model_bridge.py:456-500`` and the
+per-family bridges cited in megatron-bridge-facts.md §3.1): ``num_hidden_layers→num_layers``,
+``intermediate_size→ffn_hidden_size``, ``num_key_value_heads→num_query_groups``,
+``head_dim→kv_channels``, ``n_routed_experts|num_experts|num_local_experts→num_moe_experts``,
+``num_experts_per_tok→moe_router_topk``, ``moe_intermediate_size→moe_ffn_hidden_size``,
+``qk_nope_head_dim→qk_head_dim``, ``qk_rope_head_dim→qk_pos_emb_head_dim``,
+``num_nextn_predict_layers|mtp_num_hidden_layers→mtp_num_layers``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lcmoe.errors import LcmoeError
+from lcmoe.specs.model import ModelSpec, model_from_dict
+
+SUPPORTED_MODEL_TYPES = (
+    "deepseek_v3", "kimi_k2", "deepseek_v2", "glm4_moe", "qwen3_moe", "qwen3_next",
+    "gpt_oss", "mixtral", "llama", "qwen3",
+)
+
+
+class _Config:
+    """A config.json mapping with typed, sentence-raising accessors."""
+
+    def __init__(self, data: dict[str, Any], origin: str) -> None:
+        self.data = data
+        self.origin = origin
+
+    def _fail(self, key: str, value: object, rule: str) -> LcmoeError:
+        return LcmoeError(f"{self.origin}: {key}", value, rule, "fix config.json or describe the model in lcmoe YAML")
+
+    def int(self, key: str, default: int | None = None, *, minimum: int = 1) -> int:
+        if key not in self.data or self.data[key] is None:
+            if default is None:
+                raise self._fail(key, None, "is missing and lcmoe needs it")
+            return default
+        value = self.data[key]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self._fail(key, value, "must be a whole number")
+        if isinstance(value, float) and (not math.isfinite(value) or value != int(value)):
+            raise self._fail(key, value, "must be a whole number")
+        if value < minimum:
+            raise self._fail(key, value, f"must be at least {minimum}")
+        return int(value)
+
+    def opt_int(self, key: str, *, minimum: int = 1) -> int | None:
+        return None if self.data.get(key) is None else self.int(key, minimum=minimum)
+
+    def first_int(self, keys: tuple[str, ...], default: int | None = None, *, minimum: int = 1) -> int:
+        for key in keys:
+            if self.data.get(key) is not None:
+                return self.int(key, minimum=minimum)
+        if default is None:
+            raise self._fail(" or ".join(keys), None, "is missing and lcmoe needs it")
+        return default
+
+    def bool(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self._fail(key, value, "must be true or false")
+        return value
+
+    def str_list(self, key: str) -> list[str] | None:
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self._fail(key, "(list)", "must be a list of strings")
+        return value
+
+
+def model_from_hf_config(path: str | Path, *, name: str | None = None) -> ModelSpec:
+    """Build a ModelSpec from a local ``config.json`` (or a directory holding one)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LcmoeError("config", str(p), "does not exist", "pass a local config.json") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise LcmoeError("config", str(p), f"is not readable JSON ({exc.__class__.__name__})", "pass a config.json") from None
+    if not isinstance(data, dict):
+        raise LcmoeError("config", str(p), "must hold a JSON object", "pass a Hugging Face config.json")
+    # Multimodal wrappers keep the language model under text_config.
+    if isinstance(data.get("text_config"), dict) and "num_hidden_layers" not in data:
+        data = {**data["text_config"], "model_type": data["text_config"].get("model_type", data.get("model_type"))}
+    return model_from_hf_dict(data, name=name or p.parent.name or "hf-model", origin=str(p))
+
+
+def model_from_hf_dict(data: dict[str, Any], *, name: str, origin: str = "config.json") -> ModelSpec:
+    model_type = data.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise LcmoeError(
+            f"{origin}: model_type", model_type, "is not a supported architecture",
+            f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}; or describe the model in lcmoe YAML",
+        )
+    cfg = _Config(data, origin)
+    builder = _BUILDERS[str(model_type)]
+    fields = _common_fields(cfg)
+    fields.update(builder(cfg))
+    fields.update(name=name, family=str(model_type), sources={"config": f"Hugging Face config.json ({origin})"})
+    return model_from_dict(fields, origin=origin)
+
+
+def _common_fields(cfg: _Config) -> dict[str, Any]:
+    heads = cfg.int("num_attention_heads")
+    return {
+        "num_layers": cfg.int("num_hidden_layers"),
+        "hidden_size": cfg.int("hidden_size"),
+        "ffn_hidden_size": cfg.int("intermediate_size"),
+        "num_attention_heads": heads,
+        "num_query_groups": cfg.int("num_key_value_heads", heads),
+        "kv_channels": cfg.opt_int("head_dim"),
+        "vocab_size": cfg.int("vocab_size"),
+        "untie_embeddings_and_output_weights": not cfg.bool("tie_word_embeddings", False),
+        "mtp_num_layers": cfg.first_int(("num_nextn_predict_layers", "mtp_num_hidden_layers"), 0, minimum=0),
+    }
+
+
+def _deepseek(cfg: _Config) -> dict[str, Any]:
+    """DeepSeek-V2/V3, Kimi-K2 (deepseek_v3_bridge.py:53-99, kimi_bridge.py:44-88)."""
+    num_layers = cfg.int("num_hidden_layers")
+    first_dense = cfg.int("first_k_dense_replace", 0, minimum=0)
+    freq = cfg.int("moe_layer_freq", 1)
+    pattern = [int(i >= first_dense and i % freq == 0) for i in range(num_layers)]
+    moe_ffn = cfg.int("moe_intermediate_size")
+    shared = cfg.int("n_shared_experts", 0, minimum=0)
+    return {
+        "multi_latent_attention": True,
+        "num_query_groups": None,
+        "kv_channels": None,
+        "q_lora_rank": cfg.opt_int("q_lora_rank"),
+        "kv_lora_rank": cfg.int("kv_lora_rank"),
+        "qk_head_dim": cfg.int("qk_nope_head_dim"),
+        "qk_pos_emb_head_dim": cfg.int("qk_rope_head_dim"),
+        "v_head_dim": cfg.int("v_head_dim"),
+        "num_moe_experts": cfg.int("n_routed_experts"),
+        "moe_router_topk": cfg.int("num_experts_per_tok"),
+        "moe_ffn_hidden_size": moe_ffn,
+        "moe_shared_expert_intermediate_size": moe_ffn * shared or None,
+        "moe_layer_freq": pattern,
+        "moe_router_num_groups": cfg.opt_int("n_group"),
+        "moe_router_group_topk": cfg.opt_int("topk_group"),
+        "moe_router_enable_expert_bias": cfg.data.get("topk_method") == "noaux_tc",
+        "make_vocab_size_divisible_by": 1280 if cfg.data.get("model_type") in ("deepseek_v3", "kimi_k2") else 128,
+    }
+
+
+def _glm4_moe(cfg: _Config) -> dict[str, Any]:
+    num_layers = cfg.int("num_hidden_layers")
+    first_dense = cfg.int("first_k_dense_replace", 0, minimum=0)
+    moe_ffn = cfg.int("moe_intermediate_size")
+    return {
+        "num_moe_experts": cfg.int("n_routed_experts"),
+        "moe_router_topk": cfg.int("num_experts_per_tok"),
+        "moe_ffn_hidden_size": moe_ffn,
+        "moe_shared_expert_intermediate_size": moe_ffn * cfg.int("n_shared_experts", 0, minimum=0) or None,
+        "moe_layer_freq": [int(i >= first_dense) for i in range(num_layers)],
+        "moe_router_enable_expert_bias": True,
+        "qk_layernorm": cfg.bool("use_qk_norm", False),
+        "add_qkv_bias": cfg.bool("attention_bias", False),
+    }
+
+
+def _qwen3_moe(cfg: _Config) -> dict[str, Any]:
+    num_layers = cfg.int("num_hidden_layers")
+    step = cfg.int("decoder_sparse_step", 1)
+    dense_only = set(cfg.data.get("mlp_only_layers") or [])
+    return {
+        "num_moe_experts": cfg.int("num_experts"),
+        "moe_router_topk": cfg.int("num_experts_per_tok"),
+        "moe_ffn_hidden_size": cfg.int("moe_intermediate_size"),
+        "moe_layer_freq": [int(i not in dense_only and (i + 1) % step == 0) for i in range(num_layers)],
+        "qk_layernorm": True,
+    }
+
+
+def _qwen3_next(cfg: _Config) -> dict[str, Any]:
+    fields = _qwen3_moe(cfg)
+    layer_types = cfg.str_list("layer_types")
+    linear: int | list[int] = (
+        [int(t == "linear_attention") for t in layer_types] if layer_types
+        else cfg.int("full_attention_interval", 4)
+    )
+    fields.update(
+        moe_shared_expert_intermediate_size=cfg.opt_int("shared_expert_intermediate_size"),
+        moe_shared_expert_gate=cfg.opt_int("shared_expert_intermediate_size") is not None,
+        attention_output_gate=True,
+        linear_attention_type="gdn",
+        linear_attention_freq=linear,
+        linear_num_key_heads=cfg.int("linear_num_key_heads"),
+        linear_num_value_heads=cfg.int("linear_num_value_heads"),
+        linear_key_head_dim=cfg.int("linear_key_head_dim"),
+        linear_value_head_dim=cfg.int("linear_value_head_dim"),
+        linear_conv_kernel_dim=cfg.int("linear_conv_kernel_dim"),
+    )
+    return fields
+
+
+def _gpt_oss(cfg: _Config) -> dict[str, Any]:
+    window = cfg.int("sliding_window", 128)
+    layer_types = cfg.str_list("layer_types")
+    skip: int | list[int] = [int(t == "sliding_attention") for t in layer_types] if layer_types else 2
+    return {
+        "num_moe_experts": cfg.first_int(("num_local_experts", "num_experts")),
+        "moe_router_topk": cfg.first_int(("num_experts_per_tok", "experts_per_token")),
+        "moe_ffn_hidden_size": cfg.int("intermediate_size"),
+        "moe_expert_bias": True,
+        "add_qkv_bias": True,
+        "add_bias_linear": True,
+        "softmax_sinks": True,
+        "window_size": (window - 1, 0),
+        "window_attn_skip_freq": skip,
+    }
+
+
+def _mixtral(cfg: _Config) -> dict[str, Any]:
+    return {
+        "num_moe_experts": cfg.int("num_local_experts"),
+        "moe_router_topk": cfg.int("num_experts_per_tok"),
+        "moe_ffn_hidden_size": cfg.int("intermediate_size"),
+    }
+
+
+def _dense(cfg: _Config) -> dict[str, Any]:
+    return {"qk_layernorm": cfg.data.get("model_type") == "qwen3"}
+
+
+_BUILDERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
+    "deepseek_v3": _deepseek,
+    "kimi_k2": _deepseek,
+    "deepseek_v2": _deepseek,
+    "glm4_moe": _glm4_moe,
+    "qwen3_moe": _qwen3_moe,
+    "qwen3_next": _qwen3_next,
+    "gpt_oss": _gpt_oss,
+    "mixtral": _mixtral,
+    "llama": _dense,
+    "qwen3": _dense,
+}
