@@ -18,7 +18,7 @@ class LcmoeError(Exception):
         text = f"{field} = {value!r}: {rule}"
         if fix:
             text += f"; {fix}"
-        if not text.endswith("."):
+        if not text.endswith((".", "?", "!")):
             text += "."
         super().__init__(text)
 

@@ -127,7 +127,8 @@ def gqa_flops_per_token(spec: ModelSpec, seq_len: int) -> tuple[float, float, fl
     n_swa = sum(swa_pattern) + (mtp if swa_pattern[-1] else 0)
     n_std = spec.total_layers - n_gdn
     n_full = n_std - n_swa
-    core = 6.0 * (n_full * q * seq_len + n_swa * 2 * q * swa_context(spec, seq_len)) if n_swa else 6.0 * n_std * q * seq_len
+    swa_core = n_swa * 2 * q * swa_context(spec, seq_len) if n_swa else 0.0
+    core = 6.0 * (n_full * q * seq_len + swa_core)
     projections = 6.0 * n_std * proj
     linear = n_gdn * gdn_flops_per_layer(spec)
     return projections, core, linear

@@ -36,7 +36,7 @@ class _Config:
     def _fail(self, key: str, value: object, rule: str) -> LcmoeError:
         return LcmoeError(f"{self.origin}: {key}", value, rule, "fix config.json or describe the model in lcmoe YAML")
 
-    def int(self, key: str, default: int | None = None, *, minimum: int = 1) -> int:
+    def integer(self, key: str, default: int | None = None, *, minimum: int = 1) -> int:
         if key not in self.data or self.data[key] is None:
             if default is None:
                 raise self._fail(key, None, "is missing and lcmoe needs it")
@@ -51,17 +51,17 @@ class _Config:
         return int(value)
 
     def opt_int(self, key: str, *, minimum: int = 1) -> int | None:
-        return None if self.data.get(key) is None else self.int(key, minimum=minimum)
+        return None if self.data.get(key) is None else self.integer(key, minimum=minimum)
 
     def first_int(self, keys: tuple[str, ...], default: int | None = None, *, minimum: int = 1) -> int:
         for key in keys:
             if self.data.get(key) is not None:
-                return self.int(key, minimum=minimum)
+                return self.integer(key, minimum=minimum)
         if default is None:
             raise self._fail(" or ".join(keys), None, "is missing and lcmoe needs it")
         return default
 
-    def bool(self, key: str, default: bool) -> bool:
+    def flag(self, key: str, default: bool) -> bool:
         value = self.data.get(key, default)
         if value is None:
             return default
@@ -88,7 +88,9 @@ def model_from_hf_config(path: str | Path, *, name: str | None = None) -> ModelS
     except FileNotFoundError:
         raise LcmoeError("config", str(p), "does not exist", "pass a local config.json") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise LcmoeError("config", str(p), f"is not readable JSON ({exc.__class__.__name__})", "pass a config.json") from None
+        raise LcmoeError(
+            "config", str(p), f"is not readable JSON ({exc.__class__.__name__})", "pass a config.json"
+        ) from None
     if not isinstance(data, dict):
         raise LcmoeError("config", str(p), "must hold a JSON object", "pass a Hugging Face config.json")
     # Multimodal wrappers keep the language model under text_config.
@@ -113,39 +115,39 @@ def model_from_hf_dict(data: dict[str, Any], *, name: str, origin: str = "config
 
 
 def _common_fields(cfg: _Config) -> dict[str, Any]:
-    heads = cfg.int("num_attention_heads")
+    heads = cfg.integer("num_attention_heads")
     return {
-        "num_layers": cfg.int("num_hidden_layers"),
-        "hidden_size": cfg.int("hidden_size"),
-        "ffn_hidden_size": cfg.int("intermediate_size"),
+        "num_layers": cfg.integer("num_hidden_layers"),
+        "hidden_size": cfg.integer("hidden_size"),
+        "ffn_hidden_size": cfg.integer("intermediate_size"),
         "num_attention_heads": heads,
-        "num_query_groups": cfg.int("num_key_value_heads", heads),
+        "num_query_groups": cfg.integer("num_key_value_heads", heads),
         "kv_channels": cfg.opt_int("head_dim"),
-        "vocab_size": cfg.int("vocab_size"),
-        "untie_embeddings_and_output_weights": not cfg.bool("tie_word_embeddings", False),
+        "vocab_size": cfg.integer("vocab_size"),
+        "untie_embeddings_and_output_weights": not cfg.flag("tie_word_embeddings", False),
         "mtp_num_layers": cfg.first_int(("num_nextn_predict_layers", "mtp_num_hidden_layers"), 0, minimum=0),
     }
 
 
 def _deepseek(cfg: _Config) -> dict[str, Any]:
     """DeepSeek-V2/V3, Kimi-K2 (deepseek_v3_bridge.py:53-99, kimi_bridge.py:44-88)."""
-    num_layers = cfg.int("num_hidden_layers")
-    first_dense = cfg.int("first_k_dense_replace", 0, minimum=0)
-    freq = cfg.int("moe_layer_freq", 1)
+    num_layers = cfg.integer("num_hidden_layers")
+    first_dense = cfg.integer("first_k_dense_replace", 0, minimum=0)
+    freq = cfg.integer("moe_layer_freq", 1)
     pattern = [int(i >= first_dense and i % freq == 0) for i in range(num_layers)]
-    moe_ffn = cfg.int("moe_intermediate_size")
-    shared = cfg.int("n_shared_experts", 0, minimum=0)
+    moe_ffn = cfg.integer("moe_intermediate_size")
+    shared = cfg.integer("n_shared_experts", 0, minimum=0)
     return {
         "multi_latent_attention": True,
         "num_query_groups": None,
         "kv_channels": None,
         "q_lora_rank": cfg.opt_int("q_lora_rank"),
-        "kv_lora_rank": cfg.int("kv_lora_rank"),
-        "qk_head_dim": cfg.int("qk_nope_head_dim"),
-        "qk_pos_emb_head_dim": cfg.int("qk_rope_head_dim"),
-        "v_head_dim": cfg.int("v_head_dim"),
-        "num_moe_experts": cfg.int("n_routed_experts"),
-        "moe_router_topk": cfg.int("num_experts_per_tok"),
+        "kv_lora_rank": cfg.integer("kv_lora_rank"),
+        "qk_head_dim": cfg.integer("qk_nope_head_dim"),
+        "qk_pos_emb_head_dim": cfg.integer("qk_rope_head_dim"),
+        "v_head_dim": cfg.integer("v_head_dim"),
+        "num_moe_experts": cfg.integer("n_routed_experts"),
+        "moe_router_topk": cfg.integer("num_experts_per_tok"),
         "moe_ffn_hidden_size": moe_ffn,
         "moe_shared_expert_intermediate_size": moe_ffn * shared or None,
         "moe_layer_freq": pattern,
@@ -157,29 +159,29 @@ def _deepseek(cfg: _Config) -> dict[str, Any]:
 
 
 def _glm4_moe(cfg: _Config) -> dict[str, Any]:
-    num_layers = cfg.int("num_hidden_layers")
-    first_dense = cfg.int("first_k_dense_replace", 0, minimum=0)
-    moe_ffn = cfg.int("moe_intermediate_size")
+    num_layers = cfg.integer("num_hidden_layers")
+    first_dense = cfg.integer("first_k_dense_replace", 0, minimum=0)
+    moe_ffn = cfg.integer("moe_intermediate_size")
     return {
-        "num_moe_experts": cfg.int("n_routed_experts"),
-        "moe_router_topk": cfg.int("num_experts_per_tok"),
+        "num_moe_experts": cfg.integer("n_routed_experts"),
+        "moe_router_topk": cfg.integer("num_experts_per_tok"),
         "moe_ffn_hidden_size": moe_ffn,
-        "moe_shared_expert_intermediate_size": moe_ffn * cfg.int("n_shared_experts", 0, minimum=0) or None,
+        "moe_shared_expert_intermediate_size": moe_ffn * cfg.integer("n_shared_experts", 0, minimum=0) or None,
         "moe_layer_freq": [int(i >= first_dense) for i in range(num_layers)],
         "moe_router_enable_expert_bias": True,
-        "qk_layernorm": cfg.bool("use_qk_norm", False),
-        "add_qkv_bias": cfg.bool("attention_bias", False),
+        "qk_layernorm": cfg.flag("use_qk_norm", False),
+        "add_qkv_bias": cfg.flag("attention_bias", False),
     }
 
 
 def _qwen3_moe(cfg: _Config) -> dict[str, Any]:
-    num_layers = cfg.int("num_hidden_layers")
-    step = cfg.int("decoder_sparse_step", 1)
+    num_layers = cfg.integer("num_hidden_layers")
+    step = cfg.integer("decoder_sparse_step", 1)
     dense_only = set(cfg.data.get("mlp_only_layers") or [])
     return {
-        "num_moe_experts": cfg.int("num_experts"),
-        "moe_router_topk": cfg.int("num_experts_per_tok"),
-        "moe_ffn_hidden_size": cfg.int("moe_intermediate_size"),
+        "num_moe_experts": cfg.integer("num_experts"),
+        "moe_router_topk": cfg.integer("num_experts_per_tok"),
+        "moe_ffn_hidden_size": cfg.integer("moe_intermediate_size"),
         "moe_layer_freq": [int(i not in dense_only and (i + 1) % step == 0) for i in range(num_layers)],
         "qk_layernorm": True,
     }
@@ -190,7 +192,7 @@ def _qwen3_next(cfg: _Config) -> dict[str, Any]:
     layer_types = cfg.str_list("layer_types")
     linear: int | list[int] = (
         [int(t == "linear_attention") for t in layer_types] if layer_types
-        else cfg.int("full_attention_interval", 4)
+        else cfg.integer("full_attention_interval", 4)
     )
     fields.update(
         moe_shared_expert_intermediate_size=cfg.opt_int("shared_expert_intermediate_size"),
@@ -198,23 +200,23 @@ def _qwen3_next(cfg: _Config) -> dict[str, Any]:
         attention_output_gate=True,
         linear_attention_type="gdn",
         linear_attention_freq=linear,
-        linear_num_key_heads=cfg.int("linear_num_key_heads"),
-        linear_num_value_heads=cfg.int("linear_num_value_heads"),
-        linear_key_head_dim=cfg.int("linear_key_head_dim"),
-        linear_value_head_dim=cfg.int("linear_value_head_dim"),
-        linear_conv_kernel_dim=cfg.int("linear_conv_kernel_dim"),
+        linear_num_key_heads=cfg.integer("linear_num_key_heads"),
+        linear_num_value_heads=cfg.integer("linear_num_value_heads"),
+        linear_key_head_dim=cfg.integer("linear_key_head_dim"),
+        linear_value_head_dim=cfg.integer("linear_value_head_dim"),
+        linear_conv_kernel_dim=cfg.integer("linear_conv_kernel_dim"),
     )
     return fields
 
 
 def _gpt_oss(cfg: _Config) -> dict[str, Any]:
-    window = cfg.int("sliding_window", 128)
+    window = cfg.integer("sliding_window", 128)
     layer_types = cfg.str_list("layer_types")
     skip: int | list[int] = [int(t == "sliding_attention") for t in layer_types] if layer_types else 2
     return {
         "num_moe_experts": cfg.first_int(("num_local_experts", "num_experts")),
         "moe_router_topk": cfg.first_int(("num_experts_per_tok", "experts_per_token")),
-        "moe_ffn_hidden_size": cfg.int("intermediate_size"),
+        "moe_ffn_hidden_size": cfg.integer("intermediate_size"),
         "moe_expert_bias": True,
         "add_qkv_bias": True,
         "add_bias_linear": True,
@@ -226,9 +228,9 @@ def _gpt_oss(cfg: _Config) -> dict[str, Any]:
 
 def _mixtral(cfg: _Config) -> dict[str, Any]:
     return {
-        "num_moe_experts": cfg.int("num_local_experts"),
-        "moe_router_topk": cfg.int("num_experts_per_tok"),
-        "moe_ffn_hidden_size": cfg.int("intermediate_size"),
+        "num_moe_experts": cfg.integer("num_local_experts"),
+        "moe_router_topk": cfg.integer("num_experts_per_tok"),
+        "moe_ffn_hidden_size": cfg.integer("intermediate_size"),
     }
 
 

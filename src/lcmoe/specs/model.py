@@ -15,13 +15,11 @@ Glossary (used in every formula docstring of lcmoe):
 
 from __future__ import annotations
 
-from typing import Literal
-
 import re
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from lcmoe.errors import LcmoeError
 from lcmoe.specs._validate import validate_or_explain
 
 LayerPattern = int | list[int]
@@ -143,7 +141,7 @@ class ModelSpec(BaseModel):
             self.linear_num_key_heads and self.linear_num_value_heads and self.linear_key_head_dim
             and self.linear_value_head_dim and self.linear_conv_kernel_dim
         ):
-            raise ValueError("gated delta net needs linear_num_key/value_heads, key/value head dims and conv kernel > 0")
+            raise ValueError("gated delta net needs linear key/value heads, head dims and conv kernel > 0")
         if self.window_size is not None and (self.window_size[0] < 0 or self.window_size[1] < 0):
             raise ValueError(f"window_size = {self.window_size} must be two non-negative numbers")
         for field in ("moe_layer_freq", "window_attn_skip_freq", "linear_attention_freq"):

@@ -1,0 +1,105 @@
+"""Shared CLI plumbing: consoles, JSON output, resolving --model / --gpu, and the one abort path.
+
+Data (tables, JSON) goes to stdout; messages go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+
+from lcmoe.errors import LcmoeError
+from lcmoe.specs.hardware import HardwareSpec
+from lcmoe.specs.model import ModelSpec
+
+# Off a terminal (pipes, CI logs) rich would assume 80 columns and wrap every table.
+stdout = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+stderr = Console(stderr=True, soft_wrap=True)
+
+EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def abort(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
+    stderr.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+    raise typer.Exit(code)
+
+
+def _json_default(value: object) -> object:
+    if hasattr(value, "model_dump"):
+        return value.model_dump()
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, set | tuple):
+        return list(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def _finite(value: Any) -> Any:
+    """Replace non-finite floats by None so the output is strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def print_json(payload: Any) -> None:
+    text = json.dumps(_finite(payload), indent=2, default=_json_default, allow_nan=False)
+    typer.echo(text)
+
+
+def resolve_model(name_or_path: str) -> ModelSpec:
+    """A catalog name, an lcmoe model YAML, or a Hugging Face config.json / model directory."""
+    from lcmoe.catalog import load_model, load_model_file
+
+    path = Path(name_or_path)
+    looks_like_path = name_or_path.endswith((".json", ".yaml", ".yml")) or "/" in name_or_path
+    if looks_like_path:
+        if not path.exists():
+            raise LcmoeError("--model", name_or_path, "is neither a catalog model nor an existing file",
+                             "run `lcmoe models` for the catalog")
+        return load_model_file(path)
+    return load_model(name_or_path)
+
+
+def parse_overrides(pairs: list[str], *, option: str) -> dict[str, Any]:
+    """``field=value`` pairs; values are parsed as YAML scalars (numbers, booleans, strings)."""
+    import yaml
+
+    result: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise LcmoeError(option, pair, "must be FIELD=VALUE", f"e.g. {option} gpus_per_node=4")
+        try:
+            result[key.strip()] = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise LcmoeError(option, pair, "has a value that is not a number, boolean or string", "quote it") from None
+    return result
+
+
+def resolve_hardware(
+    gpu: str, *, hardware_file: Path | None = None, overrides: list[str] | None = None,
+    scaleout_gbps: float | None = None, gpus_per_node: int | None = None,
+) -> HardwareSpec:
+    """A catalog GPU or a user YAML, with single fields overridden from the command line."""
+    from lcmoe.catalog import load_hardware, load_hardware_file
+
+    extra = parse_overrides(overrides or [], option="--hw")
+    if scaleout_gbps is not None:
+        if not (math.isfinite(scaleout_gbps) and scaleout_gbps > 0):
+            raise LcmoeError("--scaleout-gbps", scaleout_gbps, "must be a positive number of Gb/s", "e.g. 400")
+        extra["scaleout_bandwidth"] = scaleout_gbps * 1e9 / 8
+    if gpus_per_node is not None:
+        extra["gpus_per_node"] = gpus_per_node
+    if hardware_file is not None:
+        return load_hardware_file(hardware_file, extra)
+    return load_hardware(gpu, extra)

@@ -1,0 +1,35 @@
+"""Shared fixtures: the reference data folder and a CLI runner."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+REFERENCE = Path(os.environ.get("LCMOE_REFERENCE", REPO.parent / "shared" / "reference"))
+
+
+@pytest.fixture(scope="session")
+def reference() -> Path:
+    if not (REFERENCE / "perf_summary.csv").exists():
+        pytest.skip(f"reference data not found at {REFERENCE}")
+    return REFERENCE
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    """Run the CLI in-process; returns (exit code, stdout, stderr)."""
+    import contextlib
+    import io
+
+    from lcmoe.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(list(args))
+        except SystemExit as exc:
+            code = int(exc.code or 0) if not isinstance(exc.code, str) else 1
+    return code, out.getvalue(), err.getvalue()

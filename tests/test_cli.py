@@ -1,0 +1,42 @@
+"""CLI surface: JSON shapes, unknown names, exit codes, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import run_cli
+
+
+def test_models_json_lists_the_catalog() -> None:
+    code, out, _ = run_cli("models", "--json")
+    assert code == 0
+    names = {m["name"] for m in json.loads(out)["models"]}
+    assert "deepseek-v3" in names
+
+
+def test_hardware_json_lists_the_catalog() -> None:
+    code, out, _ = run_cli("hardware", "--json")
+    assert code == 0
+    assert {h["name"] for h in json.loads(out)["hardware"]} >= {"h100", "gb200"}
+
+
+def test_unknown_model_exits_2_with_suggestion() -> None:
+    code, out, err = run_cli("flops", "--model", "deepsek-v3")
+    assert code == 2
+    assert "did you mean" in err and "deepseek-v3" in err
+    assert "Traceback" not in err + out
+
+
+def test_bad_sequence_length_exits_2() -> None:
+    code, _, err = run_cli("flops", "--model", "deepseek-v3", "--seq-len", "-1")
+    assert code == 2 and "seq_len" in err
+
+
+def test_model_may_be_an_hf_config(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({
+        "model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000,
+    }))
+    code, out, _ = run_cli("flops", "--model", str(path), "--json")
+    assert code == 0 and json.loads(out)["flops_per_token"] > 0

@@ -1,0 +1,153 @@
+"""ModelSpec / HardwareSpec validation, layer patterns, catalogs and the HF config reader."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lcmoe.catalog import hardware_names, load_hardware, load_model, load_model_file, model_names
+from lcmoe.errors import LcmoeError, UnknownNameError
+from lcmoe.specs.hf import model_from_hf_config
+from lcmoe.specs.model import ModelSpec, parse_layer_pattern
+
+REQUIRED_MODELS = {
+    "deepseek-v3", "kimi-k2", "qwen3-235b-a22b", "qwen3-30b-a3b", "qwen3-next-80b-a3b", "gpt-oss-120b",
+    "gpt-oss-20b", "mixtral-8x22b", "deepseek-v2-lite", "llama3-70b", "llama3.1-405b",
+}
+
+
+def test_catalog_has_every_required_model_and_gpu() -> None:
+    assert set(model_names()) >= REQUIRED_MODELS
+    assert {"h100", "h200", "b200", "b300", "gb200", "gb300"} <= set(hardware_names())
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED_MODELS))
+def test_every_catalog_model_cites_its_sources(name: str) -> None:
+    spec = load_model(name)
+    assert spec.sources.get("config")
+    assert spec.published is not None and spec.published.source
+
+
+@pytest.mark.parametrize("name", ["h100", "h200", "b200", "b300", "gb200", "gb300"])
+def test_every_hardware_value_has_a_source(name: str) -> None:
+    hw = load_hardware(name)
+    for field in ("hbm_bytes", "peak_flops", "hbm_bandwidth", "nvlink_bandwidth", "scaleout_bandwidth",
+                  "host_link_bandwidth", "host_memory_bytes"):
+        assert hw.sources.get(field), f"{name}.{field} has no source"
+
+
+def test_megatron_pattern_expression_is_parsed_without_eval() -> None:
+    assert parse_layer_pattern("([0]*3+[1]*58)") == [0] * 3 + [1] * 58
+    assert parse_layer_pattern("[1,0,1]") == [1, 0, 1]
+    assert parse_layer_pattern("4") == 4
+    with pytest.raises(ValueError):
+        parse_layer_pattern("__import__('os').system('true')")
+
+
+def test_deepseek_v3_layer_patterns() -> None:
+    spec = load_model("deepseek-v3")
+    assert spec.moe_layer_pattern()[:4] == [False, False, False, True]
+    assert sum(spec.moe_layer_pattern()) == 58
+
+
+def test_qwen3_next_has_12_full_attention_layers() -> None:
+    # full iff (i+1) % 4 == 0 → layers 3, 7, …, 47
+    spec = load_model("qwen3-next-80b-a3b")
+    assert spec.linear_attention_pattern().count(False) == 12
+    assert spec.linear_attention_pattern()[3] is False and spec.linear_attention_pattern()[0] is True
+
+
+def test_gpt_oss_alternates_sliding_and_full_attention() -> None:
+    spec = load_model("gpt-oss-120b")
+    assert spec.sliding_window_pattern()[:4] == [True, False, True, False]
+    assert spec.window_tokens == 128
+
+
+def test_padded_vocab_follows_megatron() -> None:
+    spec = load_model("qwen3-30b-a3b")  # 151936 = 1187·128
+    assert spec.padded_vocab_size(1) == 151936
+    assert spec.padded_vocab_size(8) == 152576  # ceil(151936 / 1024)·1024
+
+
+def test_unknown_model_suggests_close_names() -> None:
+    with pytest.raises(UnknownNameError) as info:
+        load_model("deepsek-v3")
+    assert "deepseek-v3" in str(info.value)
+
+
+def test_invalid_spec_names_the_field() -> None:
+    data = load_model("llama3-8b").model_dump()
+    data["num_query_groups"] = 7
+    with pytest.raises(Exception) as info:
+        ModelSpec.model_validate(data)
+    assert "num_query_groups" in str(info.value)
+
+
+def test_bad_user_yaml_is_one_sentence(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        "name: x\nnum_layers: -3\nhidden_size: 8\nffn_hidden_size: 8\nnum_attention_heads: 1\nvocab_size: 10\n"
+    )
+    with pytest.raises(LcmoeError) as info:
+        load_model_file(path)
+    assert "num_layers" in str(info.value) and "-3" in str(info.value)
+
+
+def _hf_config(spec: ModelSpec) -> dict[str, object]:
+    """DeepSeek-V3's config.json, written from the catalog values."""
+    return {
+        "model_type": "deepseek_v3", "num_hidden_layers": spec.num_layers, "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.ffn_hidden_size, "num_attention_heads": spec.num_attention_heads,
+        "num_key_value_heads": 128, "vocab_size": spec.vocab_size, "q_lora_rank": 1536, "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "n_routed_experts": 256,
+        "num_experts_per_tok": 8, "moe_intermediate_size": 2048, "n_shared_experts": 1, "first_k_dense_replace": 3,
+        "moe_layer_freq": 1, "n_group": 8, "topk_group": 4, "topk_method": "noaux_tc",
+        "num_nextn_predict_layers": 1, "tie_word_embeddings": False,
+    }
+
+
+def test_hf_config_reproduces_the_catalog_flops(tmp_path: Path) -> None:
+    from lcmoe.estimate.flops import flops_per_token
+
+    catalog = load_model("deepseek-v3")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_hf_config(catalog)))
+    spec = model_from_hf_config(path)
+    assert flops_per_token(spec, 4096).total == pytest.approx(flops_per_token(catalog, 4096).total, rel=1e-12)
+
+
+def test_hf_config_missing_field_is_named(tmp_path: Path) -> None:
+    data = _hf_config(load_model("deepseek-v3"))
+    del data["kv_lora_rank"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(LcmoeError) as info:
+        model_from_hf_config(path)
+    assert "kv_lora_rank" in str(info.value) and "missing" in str(info.value)
+
+
+def test_hf_config_unsupported_type_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "bert"}))
+    with pytest.raises(LcmoeError) as info:
+        model_from_hf_config(path)
+    assert "model_type" in str(info.value) and "bert" in str(info.value)
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_moe", "qwen3_next", "gpt_oss", "mixtral", "llama", "qwen3", "glm4_moe"])
+def test_hf_config_each_family_builds(tmp_path: Path, model_type: str) -> None:
+    base: dict[str, object] = {
+        "model_type": model_type, "num_hidden_layers": 8, "hidden_size": 256, "intermediate_size": 512,
+        "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 1000,
+        "num_experts": 16, "num_local_experts": 16, "n_routed_experts": 16, "num_experts_per_tok": 2,
+        "moe_intermediate_size": 128, "shared_expert_intermediate_size": 128, "full_attention_interval": 4,
+        "linear_num_key_heads": 4, "linear_num_value_heads": 8, "linear_key_head_dim": 32,
+        "linear_value_head_dim": 32, "linear_conv_kernel_dim": 4, "sliding_window": 128, "n_shared_experts": 1,
+        "first_k_dense_replace": 1,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(base))
+    spec = model_from_hf_config(path)
+    assert spec.num_layers == 8
