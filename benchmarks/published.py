@@ -47,9 +47,14 @@ def catalog_model_for_row(row: dict[str, str]) -> ModelSpec | None:
 
 
 def as_int(text: str | None, default: int = 1) -> int:
-    if text is None or text.strip() == "":
+    """A published integer cell; empty, "n/a" or "-" mean the default."""
+    if text is None:
         return default
-    return int(float(text))
+    cleaned = text.strip().lstrip("~").replace(",", "")
+    try:
+        return int(float(cleaned))
+    except ValueError:
+        return default
 
 
 def as_float(text: str | None) -> float | None:

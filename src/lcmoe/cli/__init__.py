@@ -11,6 +11,7 @@ import sys
 import typer
 
 from lcmoe.cli.catalog_cmds import hardware, models
+from lcmoe.cli.estimate_cmd import estimate
 from lcmoe.cli.flops_cmd import flops
 
 app = typer.Typer(
@@ -23,6 +24,7 @@ app = typer.Typer(
 app.command("models")(models)
 app.command("hardware")(hardware)
 app.command("flops")(flops)
+app.command("estimate")(estimate)
 
 
 def main(argv: list[str] | None = None) -> None:

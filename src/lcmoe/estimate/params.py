@@ -37,11 +37,11 @@ class LayerParams:
 
 def attention_kind(spec: ModelSpec, layer: int) -> AttentionKind:
     """Attention kind of decoder layer ``layer`` (0-based); MTP layers pass ``num_layers - 1``."""
-    if spec.linear_attention_pattern()[layer]:
+    if spec._linear_pattern[layer]:
         return AttentionKind.GDN
     if spec.multi_latent_attention:
         return AttentionKind.MLA
-    if spec.sliding_window_pattern()[layer]:
+    if spec._window_pattern[layer]:
         return AttentionKind.SWA
     return AttentionKind.GQA
 
@@ -120,7 +120,7 @@ def moe_dense_params(spec: ModelSpec) -> int:
 def layer_params(spec: ModelSpec, layer: int) -> LayerParams:
     """Parameters of decoder layer ``layer``; for MTP layers pass ``spec.num_layers - 1``."""
     kind = attention_kind(spec, layer)
-    is_moe = spec.moe_layer_pattern()[layer]
+    is_moe = spec.is_moe_layer(layer)
     if is_moe:
         mlp, experts = moe_dense_params(spec), (spec.num_moe_experts or 0) * expert_params(spec)
     else:

@@ -7,6 +7,8 @@ GPU sends by the rate it can send them at.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lcmoe.errors import LcmoeError
@@ -22,6 +24,7 @@ class HardwareSpec(BaseModel):
 
     name: str = Field(min_length=1)
     description: str = ""
+    architecture: Literal["ampere", "hopper", "blackwell"] = "hopper"
     hbm_bytes: float = Field(gt=0, description="memory torch can allocate on one GPU (usable, not marketing)")
     peak_flops: dict[str, float] = Field(description="dense peak FLOP/s per precision: bf16, fp8, mxfp8, nvfp4")
     hbm_bandwidth: float = Field(gt=0, description="HBM bytes/s (datasheet)")

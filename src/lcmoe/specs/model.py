@@ -16,6 +16,7 @@ Glossary (used in every formula docstring of lcmoe):
 from __future__ import annotations
 
 import re
+from functools import cached_property
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -193,25 +194,41 @@ class ModelSpec(BaseModel):
         return -(-self.vocab_size // multiple) * multiple
 
     # ----- per-layer patterns (decoder layers only; MTP layers copy the last layer) -------
+    # Cached: the spec is frozen, and estimators ask for them once per layer.
+    @cached_property
+    def _moe_pattern(self) -> tuple[bool, ...]:
+        if not self.is_moe:
+            return (False,) * self.num_layers
+        return tuple(_pattern(self.moe_layer_freq, self.num_layers, true_if_period_hit=True, offset=0))
+
+    @cached_property
+    def _linear_pattern(self) -> tuple[bool, ...]:
+        if self.linear_attention_type is None or self.linear_attention_freq is None:
+            return (False,) * self.num_layers
+        return tuple(_pattern(self.linear_attention_freq, self.num_layers, true_if_period_hit=False, offset=1))
+
+    @cached_property
+    def _window_pattern(self) -> tuple[bool, ...]:
+        if self.window_size is None:
+            return (False,) * self.num_layers
+        if self.window_attn_skip_freq is None:
+            return (True,) * self.num_layers
+        return tuple(_pattern(self.window_attn_skip_freq, self.num_layers, true_if_period_hit=False, offset=1))
+
     def moe_layer_pattern(self) -> list[bool]:
         """True where decoder layer i is MoE: int f → i % f == 0; list → entry is 1."""
-        if not self.is_moe:
-            return [False] * self.num_layers
-        return _pattern(self.moe_layer_freq, self.num_layers, true_if_period_hit=True, offset=0)
+        return list(self._moe_pattern)
 
     def linear_attention_pattern(self) -> list[bool]:
         """True where layer i is Gated DeltaNet: int f → full iff (i+1) % f == 0; list 1 = linear."""
-        if self.linear_attention_type is None or self.linear_attention_freq is None:
-            return [False] * self.num_layers
-        return _pattern(self.linear_attention_freq, self.num_layers, true_if_period_hit=False, offset=1)
+        return list(self._linear_pattern)
 
     def sliding_window_pattern(self) -> list[bool]:
         """True where layer i uses the sliding window: int f → full iff (i+1) % f == 0; list 1 = SWA."""
-        if self.window_size is None:
-            return [False] * self.num_layers
-        if self.window_attn_skip_freq is None:
-            return [True] * self.num_layers
-        return _pattern(self.window_attn_skip_freq, self.num_layers, true_if_period_hit=False, offset=1)
+        return list(self._window_pattern)
+
+    def is_moe_layer(self, layer: int) -> bool:
+        return self._moe_pattern[layer]
 
     @property
     def window_tokens(self) -> int:

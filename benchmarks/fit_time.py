@@ -1,0 +1,143 @@
+"""Fit the step-time model's efficiencies per hardware family and ship them.
+
+Data: perf_summary.csv ⋈ perf_recipes.csv (the recipe settings behind each published row) for
+catalog models, plus long_context.csv (the DSV3 H100 CP-scaling series and Qwen3-235B GB200).
+Target: published model TFLOP/s/GPU. Residual: log(predicted / published), soft-L1 (robust to
+a few mislabelled rows). Each family (hopper, blackwell) gets its own dense-GEMM efficiency per
+precision class, grouped-GEMM and attention efficiencies, per-layer host/launch overhead and an
+EP-communication efficiency; the CP-ring hidden share is fitted on the long-context rows (the
+only CP > 1 data). All efficiencies are bounded to (0.05, 1].
+
+    pip install '.[bench]'
+    python benchmarks/fit_time.py [--write] [--lomo]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np
+import yaml
+from scipy.optimize import least_squares
+
+from benchmarks.perf_rows import PerfCase, long_context_cases, perf_cases
+from benchmarks.published import REFERENCE, REPO
+from lcmoe.estimate.time import TimeCoefficients, estimate_time
+
+OUTPUT = REPO / "src" / "lcmoe" / "data" / "time_coefficients.yaml"
+FAMILY_OF = {"h100": "hopper", "h200": "hopper", "b200": "blackwell", "b300": "blackwell",
+             "gb200": "blackwell", "gb300": "blackwell"}
+# name, lower, upper
+BOUNDS = {
+    "gemm_efficiency_bf16": (0.05, 1.0),
+    "gemm_efficiency_fp8": (0.05, 1.0),
+    "gemm_efficiency_fp4": (0.05, 1.0),
+    "grouped_gemm_efficiency": (0.05, 1.0),
+    "attention_efficiency": (0.05, 1.0),
+    "layer_overhead_seconds": (0.0, 3.0e-3),
+    "ep_comm_efficiency": (0.05, 1.0),
+    "cp_ring_hidden": (0.0, 1.0),
+}
+
+
+def parameters_for(cases: list[PerfCase]) -> list[str]:
+    """Only the parameters some row of the family exercises."""
+    names = ["gemm_efficiency_bf16", "attention_efficiency", "layer_overhead_seconds"]
+    precisions = {c.run.options.tensor_core_precision for c in cases}
+    if precisions & {"fp8", "mxfp8"}:
+        names.append("gemm_efficiency_fp8")
+    if "nvfp4" in precisions:
+        names.append("gemm_efficiency_fp4")
+    if any(c.run.model.is_moe for c in cases):
+        names += ["grouped_gemm_efficiency", "ep_comm_efficiency"]
+    if any(c.run.layout.cp > 1 for c in cases):
+        names.append("cp_ring_hidden")
+    return names
+
+
+def residuals(cases: list[PerfCase], coefficients: TimeCoefficients) -> np.ndarray:
+    return np.array([np.log(estimate_time(c.run, coefficients).model_tflops_per_gpu / c.published_tflops)
+                     for c in cases])
+
+
+def fit_family(cases: list[PerfCase], base: TimeCoefficients | None = None) -> TimeCoefficients:
+    start_coeffs = base or TimeCoefficients()
+    names = parameters_for(cases)
+    lower = np.array([BOUNDS[n][0] for n in names])
+    upper = np.array([BOUNDS[n][1] for n in names])
+    scale = np.array([1e-3 if n == "layer_overhead_seconds" else 1.0 for n in names])
+    start = np.clip(np.array([getattr(start_coeffs, n) for n in names]), lower, upper) / scale
+
+    def build(vector: np.ndarray) -> TimeCoefficients:
+        return dataclasses.replace(start_coeffs, **{n: float(v * s) for n, v, s in zip(names, vector, scale,
+                                                                                         strict=True)})
+
+    result = least_squares(lambda v: residuals(cases, build(v)), start, bounds=(lower / scale, upper / scale),
+                           loss="soft_l1", f_scale=0.1, max_nfev=200)
+    return build(result.x)
+
+
+def load_cases() -> list[PerfCase]:
+    cases, _ = perf_cases(str(REFERENCE / "perf_summary.csv"), str(REFERENCE / "perf_recipes.csv"))
+    long_context, _ = long_context_cases(str(REFERENCE / "long_context.csv"))
+    return cases + long_context
+
+
+def by_family(cases: list[PerfCase]) -> dict[str, list[PerfCase]]:
+    families: dict[str, list[PerfCase]] = {}
+    for case in cases:
+        families.setdefault(FAMILY_OF[case.run.hardware.name], []).append(case)
+    return families
+
+
+def mape(cases: list[PerfCase], fitted: dict[str, TimeCoefficients]) -> float:
+    errors = [abs(estimate_time(c.run, fitted[FAMILY_OF[c.run.hardware.name]]).model_tflops_per_gpu
+                  / c.published_tflops - 1) for c in cases]
+    return 100 * float(np.mean(errors)) if errors else 0.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--write", action="store_true")
+    parser.add_argument("--lomo", action="store_true", help="also leave-one-model-out (slow)")
+    args = parser.parse_args(argv)
+    cases = load_cases()
+    fitted = {family: fit_family(rows) for family, rows in by_family(cases).items()}
+    moe = [c for c in cases if c.run.model.is_moe]
+    for family, coefficients in fitted.items():
+        print(family, {n: round(getattr(coefficients, n), 5) for n in BOUNDS})
+    summary = {"n": len(cases), "n_moe": len(moe), "mape_all": mape(cases, fitted), "mape_moe": mape(moe, fitted)}
+    print(f"fit MAPE all {summary['mape_all']:.2f}% (n={len(cases)}), MoE {summary['mape_moe']:.2f}% (n={len(moe)})")
+    if args.lomo:
+        errors = []
+        for name in sorted({c.model_name for c in cases}):
+            train = [c for c in cases if c.model_name != name]
+            held = [c for c in cases if c.model_name == name]
+            refit = {family: fit_family(rows) for family, rows in by_family(train).items()}
+            for family in fitted:
+                refit.setdefault(family, fitted[family])
+            err = mape(held, refit)
+            errors.append((name, err, len(held)))
+            print(f"  leave out {name:18s} n={len(held):3d} MAPE {err:6.2f}%")
+        summary["lomo_mape"] = sum(e * n for _, e, n in errors) / sum(n for *_, n in errors)
+        print(f"leave-one-model-out MAPE {summary['lomo_mape']:.2f}%")
+    if args.write:
+        payload = {
+            "families": {family: {n: float(getattr(c, n)) for n in BOUNDS} for family, c in fitted.items()},
+            "fit": {"date": dt.date.today().isoformat(), "script": "benchmarks/fit_time.py",
+                    "data": ["perf_summary.csv + perf_recipes.csv", "long_context.csv"], **summary},
+        }
+        OUTPUT.write_text("# Written by benchmarks/fit_time.py --write; do not edit by hand.\n"
+                          + yaml.safe_dump(payload, sort_keys=False), encoding="utf-8")
+        print(f"wrote {OUTPUT.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""Published Bridge throughput rows (perf_summary.csv ⋈ perf_recipes.csv, long_context.csv) →
+RunConfigs with the recipe settings behind each row, for the time-model fit and benchmark."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from benchmarks.published import as_float, as_int, catalog_model_for_row, read_rows
+from lcmoe.catalog import load_hardware, load_model
+from lcmoe.errors import LcmoeError
+from lcmoe.layout import ParallelLayout
+from lcmoe.run import RunConfig, resolve_pipeline_layout
+from lcmoe.workload import TrainingOptions
+
+JOIN_KEY = ("container", "task", "model", "gpu", "precision", "variant")
+
+
+@dataclass(frozen=True, slots=True)
+class PerfCase:
+    name: str
+    group: str  # (model, gpu, container) for rank correlation
+    model_name: str
+    run: RunConfig
+    published_tflops: float
+
+
+def _precision(norm: str, fp8_recipe: str, gpu: str) -> str:
+    if norm == "fp8_mx":
+        return "mxfp8"
+    if norm == "nvfp4":
+        return "nvfp4"
+    if norm == "fp8_cs":
+        return "fp8-blockwise" if "blockwise" in fp8_recipe else "fp8-tensorwise"
+    return "bf16"
+
+
+def _recompute(text: str) -> tuple[str, frozenset[str]]:
+    if text.startswith("selective"):
+        mods = frozenset(m for m in re.findall(r"[a-z_]+", text.split("selective", 1)[1]) if m)
+        return ("selective", mods) if mods else ("none", frozenset())
+    if text.startswith("full"):
+        return "full", frozenset()
+    return "none", frozenset()
+
+
+def _graphs(text: str) -> frozenset[str]:
+    if "full_iteration" in text:
+        return frozenset({"full_iteration"})
+    match = re.search(r"\[(.*)\]", text)
+    if not match:
+        return frozenset()
+    scopes = {s.strip() for s in match.group(1).split(",")} - {"mamba", ""}
+    return frozenset(scopes & {"attn", "mlp", "moe", "moe_router", "moe_preprocess"})
+
+
+def perf_cases(summary_path: str, recipes_path: str) -> tuple[list[PerfCase], list[dict[str, str]]]:
+    recipes = {tuple(r[k] for k in JOIN_KEY): r for r in read_rows(recipes_path)}
+    cases, skipped = [], []
+    for row in read_rows(summary_path):
+        label = f"{row['container']} {row['model']} {row['gpu']}x{row['num_gpus']} {row['precision']} {row['variant']}"
+        spec = catalog_model_for_row(row)
+        tflops = as_float(row.get("model_tflops_per_gpu"))
+        recipe = recipes.get(tuple(row[k] for k in JOIN_KEY))
+        reason = None
+        if spec is None:
+            reason = "model not in catalog"
+        elif row.get("status") != "current" or row.get("task") != "pretrain":
+            reason = "not a current pretraining row"
+        elif not tflops:
+            reason = "no TFLOP/s published"
+        elif recipe is None:
+            reason = "no recipe settings (perf_recipes.csv)"
+        elif recipe.get("use_megatron_fsdp") == "True":
+            reason = "Megatron-FSDP run (not modelled by the time model)"
+        if reason:
+            skipped.append({"row": label, "reason": reason})
+            continue
+        assert spec is not None and recipe is not None and tflops is not None
+        try:
+            run = _run_for(row, recipe, spec)
+        except LcmoeError as exc:
+            skipped.append({"row": label, "reason": str(exc)})
+            continue
+        group = f"{spec.name}/{row['gpu']}/{row['container']}"
+        cases.append(PerfCase(label, group, spec.name, run, tflops))
+    return cases, skipped
+
+
+def _run_for(row: dict[str, str], recipe: dict[str, str], spec: object) -> RunConfig:
+    from lcmoe.specs.model import ModelSpec
+
+    assert isinstance(spec, ModelSpec)
+    hardware = load_hardware(row["gpu"])
+    tp, pp, cp = as_int(row.get("tp")), as_int(row.get("pp")), as_int(row.get("cp"))
+    vpp = as_int(row.get("vp"))
+    world = as_int(row["num_gpus"])
+    dp = world // (tp * pp * cp)
+    granularity, modules = _recompute(recipe.get("recompute_effective", ""))
+    dispatcher = recipe.get("dispatcher_effective", "")
+    dispatcher = "hybridep" if "hybridep" in dispatcher else "deepep" if "deepep" in dispatcher else "alltoall"
+    layout_text = recipe.get("pipeline_model_parallel_layout") or None
+    if layout_text in ("None", ""):
+        layout_text = None
+    layout = ParallelLayout(
+        tp=tp, pp=pp, cp=cp, vpp=vpp, dp=dp, ep=as_int(row.get("ep")), etp=as_int(recipe.get("etp")),
+        mbs=as_int(row.get("mbs")), gbs=as_int(row.get("gbs")), sequence_parallel=tp > 1,
+        pipeline_layout=resolve_pipeline_layout(spec, pp, vpp, layout_text),
+    )
+    options = TrainingOptions(
+        seq_len=as_int(row.get("seq_len"), 4096),
+        precision=_precision(row.get("precision_norm", ""), recipe.get("fp8_recipe", ""), row["gpu"]),
+        recompute_granularity=granularity,  # type: ignore[arg-type]
+        recompute_modules=modules,
+        dispatcher=dispatcher,
+        cuda_graph_scope=_graphs(recipe.get("cuda_graph_effective", "")),
+        overlap_moe_expert_parallel_comm=recipe.get("a2a_overlap_effective") == "True",
+        main_grads_dtype="bf16" if recipe.get("use_precision_aware_optimizer") == "True" else "fp32",
+        exp_avg_dtype="bf16" if recipe.get("use_precision_aware_optimizer") == "True" else "fp32",
+    )
+    return RunConfig(spec, hardware, layout, options)
+
+
+def long_context_cases(path: str) -> tuple[list[PerfCase], list[dict[str, str]]]:
+    """long_context.csv rows. The DSV3 H100 CP series publishes the full layout only at 128K and
+    256K; the shorter points share it (TP1 EP32 PP8 VPP4, CP as published, DP = GPUs/(PP·CP)),
+    as the card states the family changes only CP. GBS is not published: 32 microbatches per
+    pipeline are assumed (bubble (PP−1)/(VPP·M) ≈ 5%)."""
+    cases, skipped = [], []
+    for row in read_rows(path):
+        label = f"{row['model']} {row['gpu']}x{row['num_gpus']} {row['seq_len']}"
+        tflops = as_float(row.get("tflops_unrounded_draft")) or as_float(row.get("tflops_per_gpu"))
+        name = "deepseek-v3" if row["model"].startswith("DSV3") else (
+            "qwen3-235b-a22b" if row["model"].startswith("Qwen3 235B") else None)
+        if name is None or not tflops:
+            skipped.append({"row": label, "reason": "model not in catalog or no TFLOP/s"})
+            continue
+        spec = load_model(name)
+        hardware = load_hardware(row["gpu"])
+        seq = as_int(row["seq_len"])
+        if name == "deepseek-v3":
+            tp, ep, pp, vpp = 1, 32, 8, 4
+            precision, dispatcher = "fp8-blockwise", "deepep"
+            granularity, modules = "selective", frozenset({"mla_up_proj", "layernorm", "moe", "mlp"})
+            graphs: frozenset[str] = frozenset()
+            offload = 1.0 if seq > 4096 else 0.0
+        else:
+            tp, ep, pp, vpp = (4, 32, 4, 12) if seq > 4096 else (1, 32, 8, 3)
+            precision, dispatcher = "bf16", "hybridep"
+            granularity, modules = ("selective", frozenset({"moe_act", "layernorm"})) if seq > 4096 else (
+                "none", frozenset())
+            graphs = frozenset({"attn", "moe_router", "moe_preprocess"}) if seq > 4096 else frozenset()
+            offload = 0.0
+        cp = as_int(row.get("cp"), 1)
+        world = as_int(row["num_gpus"])
+        if world % (tp * pp * cp):
+            skipped.append({"row": label, "reason": "layout does not divide the GPU count"})
+            continue
+        dp = world // (tp * pp * cp)
+        layout = ParallelLayout(tp=tp, cp=cp, ep=ep, pp=pp, vpp=vpp, dp=dp, mbs=1, gbs=32 * dp,
+                                sequence_parallel=tp > 1,
+                                pipeline_layout=resolve_pipeline_layout(spec, pp, vpp, None))
+        options = TrainingOptions(seq_len=seq, precision=precision, recompute_granularity=granularity,  # type: ignore[arg-type]
+                                  recompute_modules=modules, dispatcher=dispatcher, cuda_graph_scope=graphs,
+                                  optimizer_offload_fraction=offload, main_grads_dtype="bf16", exp_avg_dtype="bf16")
+        cases.append(PerfCase(label, f"{name}/{row['gpu']}/long-context", name,
+                              RunConfig(spec, hardware, layout, options), tflops))
+    return cases, skipped

@@ -1,0 +1,240 @@
+"""Megatron-LM ``pretrain_gpt.py`` arguments → (ModelSpec, ParallelLayout, TrainingOptions).
+
+Defaults are Megatron-LM's own where an argument is absent (megatron/training/arguments.py):
+tied embeddings, biases on, GeLU, dropout 0.1, allgather dispatcher, ETP = TP, FFN = 4h (or
+int(4h·2/3/64)·64 with SwiGLU), kv_channels = h/n, vocabulary padded to a multiple of 128·TP.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from lcmoe.errors import LcmoeError
+from lcmoe.layout import ParallelLayout
+from lcmoe.specs.model import ModelSpec, model_from_dict
+from lcmoe.workload import TrainingOptions
+
+# Flags that take a list of values (nargs='+').
+_LIST_FLAGS = {"recompute-modules", "offload-modules", "cuda-graph-modules", "hierarchical-context-parallel-sizes",
+               "cuda-graph-scope"}
+GPT2_BPE_VOCAB = 50257
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRun:
+    model: ModelSpec
+    layout: ParallelLayout
+    options: TrainingOptions
+    args: dict[str, Any]
+
+
+class UnsupportedConfig(LcmoeError):
+    """A configuration lcmoe cannot model (e.g. Mamba hybrids); the message says which part."""
+
+
+def tokenize_args(text: str | list[str]) -> dict[str, Any]:
+    """``--flag``, ``--flag value``, ``--flag=value`` and list flags → {flag: value}."""
+    tokens = shlex.split(text) if isinstance(text, str) else list(text)
+    args: dict[str, Any] = {}
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if not tok.startswith("--"):
+            i += 1
+            continue
+        key, eq, value = tok[2:].partition("=")
+        if key in _LIST_FLAGS:
+            values = value.strip("[]'\"").replace(",", " ").split() if eq else []
+            while i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+                i += 1
+                values.extend(tokens[i].strip("[]'\"").replace(",", " ").split())
+            args[key] = [v for v in values if v]
+        elif eq:
+            args[key] = value
+        elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+            args[key] = tokens[i + 1]
+            i += 1
+        else:
+            args[key] = True
+        i += 1
+    return args
+
+
+def _int(args: dict[str, Any], key: str, default: int | None = None) -> int | None:
+    value = args.get(key)
+    if value is None or value is True:
+        return default
+    try:
+        number = float(str(value))
+    except ValueError:
+        raise LcmoeError(f"--{key}", value, "must be a number", "fix the argument") from None
+    if number != int(number):
+        raise LcmoeError(f"--{key}", value, "must be a whole number", "fix the argument")
+    return int(number)
+
+
+def _req(args: dict[str, Any], key: str) -> int:
+    value = _int(args, key)
+    if value is None:
+        raise LcmoeError(f"--{key}", None, "is required to size the model", f"pass --{key}")
+    return value
+
+
+def _float(args: dict[str, Any], key: str, default: float) -> float:
+    value = args.get(key)
+    if value is None or value is True:
+        return default
+    try:
+        return float(str(value))
+    except ValueError:
+        raise LcmoeError(f"--{key}", value, "must be a number", "fix the argument") from None
+
+
+def model_from_args(args: dict[str, Any], *, vocab_size: int | None = None, name: str = "megatron-args") -> ModelSpec:
+    if args.get("hybrid-layer-pattern") or args.get("mamba-num-heads"):
+        raise UnsupportedConfig("--hybrid-layer-pattern", args.get("hybrid-layer-pattern"),
+                                "Mamba hybrid models are not modelled by lcmoe yet", "use a transformer model")
+    if args.get("moe-latent-size"):
+        raise UnsupportedConfig("--moe-latent-size", args.get("moe-latent-size"),
+                                "latent MoE is not modelled by lcmoe yet", "drop the flag to estimate without it")
+    hidden = _req(args, "hidden-size")
+    heads = _req(args, "num-attention-heads")
+    swiglu = bool(args.get("swiglu"))
+    default_ffn = int(4 * hidden * 2 / 3 / 64) * 64 if swiglu else 4 * hidden
+    ffn = _int(args, "ffn-hidden-size", default_ffn) or default_ffn
+    mla = bool(args.get("multi-latent-attention"))
+    num_experts = _int(args, "num-experts")
+    freq_raw = args.get("moe-layer-freq", 1)
+    data: dict[str, Any] = {
+        "name": name,
+        "family": "megatron-args",
+        "num_layers": _req(args, "num-layers"),
+        "hidden_size": hidden,
+        "ffn_hidden_size": ffn,
+        "num_attention_heads": heads,
+        "num_query_groups": _int(args, "num-query-groups") if args.get("group-query-attention") else None,
+        "kv_channels": _int(args, "kv-channels"),
+        "gated_linear_unit": swiglu,
+        "add_bias_linear": not args.get("disable-bias-linear"),
+        "add_qkv_bias": not args.get("disable-bias-linear") or bool(args.get("add-qkv-bias")),
+        "qk_layernorm": bool(args.get("qk-layernorm")),
+        "multi_latent_attention": mla,
+        "vocab_size": vocab_size or _int(args, "vocab-size") or GPT2_BPE_VOCAB,
+        "make_vocab_size_divisible_by": _int(args, "make-vocab-size-divisible-by", 128),
+        "untie_embeddings_and_output_weights": bool(args.get("untie-embeddings-and-output-weights")),
+        "mtp_num_layers": _int(args, "mtp-num-layers", 0),
+    }
+    if mla:
+        data.update(
+            q_lora_rank=_int(args, "q-lora-rank"), kv_lora_rank=_int(args, "kv-lora-rank", 512),
+            qk_head_dim=_int(args, "qk-head-dim", 128), qk_pos_emb_head_dim=_int(args, "qk-pos-emb-head-dim", 64),
+            v_head_dim=_int(args, "v-head-dim", 128), kv_channels=None, num_query_groups=None,
+        )
+    if num_experts:
+        data.update(
+            num_moe_experts=num_experts, moe_router_topk=_int(args, "moe-router-topk", 2),
+            moe_ffn_hidden_size=_int(args, "moe-ffn-hidden-size"),
+            moe_shared_expert_intermediate_size=_int(args, "moe-shared-expert-intermediate-size"),
+            moe_layer_freq=str(freq_raw) if not isinstance(freq_raw, int) else freq_raw,
+            moe_router_enable_expert_bias=bool(args.get("moe-router-enable-expert-bias")),
+        )
+    return model_from_dict(data, origin="Megatron-LM arguments")
+
+
+def layout_from_args(args: dict[str, Any], *, world_size: int, num_layers: int) -> ParallelLayout:
+    tp = _int(args, "tensor-model-parallel-size", 1) or 1
+    pp = _int(args, "pipeline-model-parallel-size", 1) or 1
+    cp = _int(args, "context-parallel-size", 1) or 1
+    model_parallel = tp * pp * cp
+    if world_size % model_parallel:
+        raise LcmoeError("world_size", world_size, f"is not a multiple of TP·PP·CP = {model_parallel}",
+                         "use a world size that the layout divides")
+    vpp = _int(args, "virtual-pipeline-model-parallel-size") or _int(args, "num-virtual-stages-per-pipeline-rank")
+    per_virtual = _int(args, "num-layers-per-virtual-pipeline-stage")
+    layout_str = args.get("pipeline-model-parallel-layout")
+    if vpp is None and per_virtual:
+        extra = int(bool(args.get("account-for-embedding-in-pipeline-split"))) + int(
+            bool(args.get("account-for-loss-in-pipeline-split")))
+        vpp = (num_layers + extra) // pp // per_virtual
+    if vpp is None and isinstance(layout_str, str):
+        from lcmoe.layout import parse_pipeline_layout
+
+        vpp = max(len(parse_pipeline_layout(layout_str)) // pp, 1)
+    return ParallelLayout(
+        tp=tp, cp=cp, pp=pp, vpp=vpp or 1, dp=world_size // model_parallel,
+        ep=_int(args, "expert-model-parallel-size", 1) or 1,
+        etp=_int(args, "expert-tensor-parallel-size", tp) or tp,
+        mbs=_int(args, "micro-batch-size", 1) or 1,
+        gbs=_int(args, "global-batch-size", 1) or 1,
+        sequence_parallel=bool(args.get("sequence-parallel")),
+        cp_comm_type=str(args.get("cp-comm-type", "p2p")),
+        pipeline_layout=layout_str if isinstance(layout_str, str) else None,
+        decoder_first_pipeline_num_layers=_int(args, "decoder-first-pipeline-num-layers"),
+        decoder_last_pipeline_num_layers=_int(args, "decoder-last-pipeline-num-layers"),
+        account_for_embedding_in_pipeline_split=bool(args.get("account-for-embedding-in-pipeline-split")),
+        account_for_loss_in_pipeline_split=bool(args.get("account-for-loss-in-pipeline-split")),
+    )
+
+
+def _precision(args: dict[str, Any]) -> str:
+    fmt, recipe = args.get("fp8-format"), args.get("fp8-recipe")
+    if fmt or recipe:
+        return {"tensorwise": "fp8-tensorwise", "blockwise": "fp8-blockwise", "mxfp8": "mxfp8",
+                "delayed": "fp8-delayed"}.get(str(recipe or "delayed"), "fp8-delayed")
+    return "fp16" if args.get("fp16") else "bf16"
+
+
+def _dispatcher(args: dict[str, Any]) -> str:
+    kind = str(args.get("moe-token-dispatcher-type", "allgather"))
+    if kind == "flex":
+        return str(args.get("moe-flex-dispatcher-backend", "deepep"))
+    return kind if kind in ("alltoall", "allgather") else "alltoall"
+
+
+def options_from_args(args: dict[str, Any]) -> TrainingOptions:
+    granularity = str(args.get("recompute-granularity", "none"))
+    modules = args.get("recompute-modules") or (["core_attn"] if granularity == "selective" else [])
+    offload = args.get("offload-modules") or []
+    graph_modules = args.get("cuda-graph-modules") or args.get("cuda-graph-scope") or []
+    graphs = frozenset(graph_modules) if args.get("cuda-graph-impl") not in (None, "none") else frozenset()
+    if args.get("cuda-graph-impl") == "local" and not graphs:
+        graphs = frozenset({"full_iteration"})
+    main_grads: Literal["fp32", "bf16"] = "bf16" if args.get("grad-reduce-in-bf16") or args.get("megatron-fsdp-main-grads-dtype") in (
+        "bf16", "auto") else "fp32"
+    backend = str(args.get("attention-backend", "auto"))
+    return TrainingOptions(
+        seq_len=_int(args, "seq-length", 4096) or 4096,
+        precision=_precision(args),
+        fp8_param_gather=bool(args.get("fp8-param-gather")),
+        optimizer="muon" if "muon" in str(args.get("optimizer", "adam")) else (
+            "sgd" if args.get("optimizer") == "sgd" else "adam"),
+        distributed_optimizer=bool(args.get("use-distributed-optimizer")),
+        num_distributed_optimizer_instances=_int(args, "num-distributed-optimizer-instances", 1) or 1,
+        megatron_fsdp=bool(args.get("use-megatron-fsdp")),
+        main_grads_dtype=main_grads,
+        exp_avg_dtype="fp32",
+        recompute_granularity=granularity if granularity in ("selective", "full") else "none",  # type: ignore[arg-type]
+        recompute_modules=frozenset(modules),
+        recompute_method="block" if args.get("recompute-method") == "block" else "uniform",
+        recompute_num_layers=_int(args, "recompute-num-layers", 1) or 1,
+        activation_offload_modules=frozenset(offload) if args.get("fine-grained-activation-offloading") else frozenset(),
+        attention_backend=backend if backend in ("flash", "fused", "unfused") else "auto",  # type: ignore[arg-type]
+        hidden_dropout=_float(args, "hidden-dropout", 0.1),
+        attention_dropout=_float(args, "attention-dropout", 0.1),
+        cross_entropy_fusion=bool(args.get("cross-entropy-loss-fusion")),
+        dispatcher=_dispatcher(args),
+        moe_grouped_gemm=bool(args.get("moe-grouped-gemm")),
+        moe_router_dtype_fp32=args.get("moe-router-dtype") == "fp32",
+        overlap_moe_expert_parallel_comm=bool(args.get("overlap-moe-expert-parallel-comm")),
+        cuda_graph_scope=graphs,
+    )
+
+
+def parse_megatron_args(text: str | list[str], *, world_size: int, vocab_size: int | None = None) -> ParsedRun:
+    """The whole run a ``pretrain_gpt.py`` command line describes, for ``world_size`` GPUs."""
+    args = tokenize_args(text)
+    model = model_from_args(args, vocab_size=vocab_size)
+    layout = layout_from_args(args, world_size=world_size, num_layers=model.num_layers)
+    return ParsedRun(model, layout, options_from_args(args), args)

@@ -1,0 +1,1 @@
+"""Fitted coefficients shipped with lcmoe (written by the scripts in benchmarks/)."""

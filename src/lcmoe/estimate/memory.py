@@ -1,0 +1,650 @@
+"""Per-rank, per-pipeline-stage peak GPU memory for (long-context MoE) Megatron training.
+
+Every term is bytes on one GPU. Symbols: T = s·b/cp tokens of one microbatch on one CP rank;
+``sp = tp`` with sequence parallel (residual-stream tensors are split over TP) else 1;
+``a`` = bytes of a stored GEMM input (2 in BF16, 1 when FP8 keeps an FP8 copy).
+
+Peak allocated (``torch.cuda.max_memory_allocated``) =
+    model state (weights + grads + optimizer, ``model_state_bytes``)
+  + stored activations of the in-flight microbatches (``stage_activation_bytes``)
+  + logits/loss buffers on the stage holding the loss (``logits_loss_bytes``)
+  + transients at the peak (one layer's backward working set, MoE dispatch buffers)
+  + a fixed workspace (cuBLAS/TE workspaces, RNG states, small buffers)
+The few terms that physics cannot pin down (the transient multipliers and the workspace) are
+coefficients fitted on measured runs and shipped as data (``lcmoe/data/memory_coefficients.yaml``,
+fit by ``benchmarks/fit_memory.py``). Reserved (nvidia-smi) adds allocator fragmentation,
+the CUDA context, NCCL buffers, CUDA-graph pools and DeepEP/HybridEP buffers.
+
+Sources: Korthikanti et al. 2022 "Reducing Activation Recomputation" (Table 2, per-layer
+stored tensors); Megatron-Core ``transformer_layer.py``, ``moe/token_dispatcher.py``,
+``moe/experts.py``, ``tensor_parallel/cross_entropy.py``; Bridge ``theoretical_memory_utils.py``
+(model-state bytes, megatron-bridge-facts.md §5.2).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from importlib import resources
+
+import yaml
+
+from lcmoe.estimate.params import AttentionKind, attention_kind, layer_params, mtp_extra_params
+from lcmoe.layout import ParallelLayout, PipelineStage, inflight_microbatch_chunks, pipeline_stages
+from lcmoe.specs.hardware import HardwareSpec
+from lcmoe.specs.model import ModelSpec
+from lcmoe.workload import TrainingOptions
+
+BF16 = 2
+FP32 = 4
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryCoefficients:
+    """Fitted multipliers (dimensionless unless stated) with their fit provenance."""
+
+    activation_scale: float = 1.0
+    moe_activation_scale: float = 1.0
+    transient_layer_scale: float = 1.0
+    logits_scale: float = 1.0
+    moe_dispatch_scale: float = 1.0
+    workspace_bytes: float = 0.0
+    state_overhead_fraction: float = 0.0
+    fragmentation_fraction: float = 0.045
+    fragmentation_fraction_no_expandable: float = 0.36
+    cuda_context_bytes: float = 0.55 * 1024**3
+    nccl_buffer_bytes: float = 0.5 * 1024**3
+    fit: dict[str, object] = field(default_factory=dict)
+
+
+@functools.cache
+def shipped_coefficients() -> MemoryCoefficients:
+    """The coefficients shipped with the package (fit on shared/reference by fit_memory.py)."""
+    path = resources.files("lcmoe.data").joinpath("memory_coefficients.yaml")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        return MemoryCoefficients()
+    values = {k: float(v) for k, v in data.get("coefficients", {}).items()}
+    return MemoryCoefficients(**values, fit=data.get("fit", {}))
+
+
+# ----- model state ----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class StageParams:
+    """Parameters held by one GPU of a pipeline stage: dense (over TP) and expert (over EP·ETP)."""
+
+    dense: float
+    expert: float
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.expert
+
+
+def stage_params_per_gpu(model: ModelSpec, layout: ParallelLayout, stage: PipelineStage) -> StageParams:
+    """dense = Σ layer dense params / tp (+ embedding/tp on the first stage, output/tp on the last,
+    + embedding/tp again on the last when tied or when it holds MTP); expert = Σ routed / (ep·etp)
+    (theoretical_memory_utils.py:546-612, per stage rather than first-stage only)."""
+    dense = 0.0
+    expert = 0.0
+    for layer in stage.decoder_layers:
+        lp = layer_params(model, layer)
+        dense += lp.dense
+        expert += lp.routed_experts
+    if stage.mtp_layers:
+        last = layer_params(model, model.num_layers - 1)
+        dense += stage.mtp_layers * (last.dense + mtp_extra_params(model))
+        expert += stage.mtp_layers * last.routed_experts
+    vocab_h = model.padded_vocab_size(layout.tp) * model.hidden_size
+    if stage.has_embedding:
+        dense += vocab_h
+    if stage.has_loss:
+        dense += model.hidden_size  # final norm
+        if model.untie_embeddings_and_output_weights:
+            dense += vocab_h
+        if (not model.untie_embeddings_and_output_weights or stage.mtp_layers) and not stage.has_embedding:
+            dense += vocab_h  # tied output / MTP embedding copy on the last stage
+    return StageParams(dense / layout.tp, expert / (layout.ep * layout.etp))
+
+
+def weight_bytes_per_param(options: TrainingOptions) -> float:
+    """2 (BF16) or 1 (FP8 parameters with fp8_param_gather)."""
+    return 1.0 if options.fp8_param_gather and options.is_fp8 else float(BF16)
+
+
+def grad_bytes_per_param(options: TrainingOptions) -> float:
+    """Main-gradient buffer: 4 (FP32, DDP default) or 2 (BF16 main grads)."""
+    return float(FP32) if options.main_grads_dtype == "fp32" else float(BF16)
+
+
+def optimizer_bytes_per_param(options: TrainingOptions) -> float:
+    """Unsharded optimizer bytes per parameter: Adam = FP32 master 4 + two moments (4 each, or 2 in
+    BF16, 1 in FP8 with the precision-aware optimizer); Muon = master + one momentum; SGD = master."""
+    moment = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0}[options.exp_avg_dtype]
+    master = 4.0
+    if options.optimizer == "adam":
+        return master + 2 * moment
+    if options.optimizer == "muon":
+        return master + moment
+    return master
+
+
+def optimizer_shards(layout: ParallelLayout, options: TrainingOptions) -> tuple[int, int]:
+    """(dense, expert) shard counts of the distributed optimizer: dense over DP·CP, experts over
+    EDP, each divided by the number of optimizer instances (facts §5.2; distrib_optimizer.py)."""
+    if not options.distributed_optimizer and not options.megatron_fsdp:
+        return 1, 1
+    instances = max(options.num_distributed_optimizer_instances, 1)
+    dense = max(layout.dp * layout.cp // instances, 1)
+    expert = max(max(layout.edp, 1) // instances, 1)
+    return dense, expert
+
+
+@dataclass(frozen=True, slots=True)
+class ModelState:
+    """Model-state bytes on one GPU. ``optimizer_master`` exists from initialisation;
+    ``optimizer_moments`` (Adam/Muon moments) are created lazily inside the first
+    ``optimizer.step()``, so the first step's forward/backward runs without them."""
+
+    weights: float
+    gradients: float
+    optimizer_master: float
+    optimizer_moments: float
+    optimizer_host: float
+
+    @property
+    def optimizer(self) -> float:
+        return self.optimizer_master + self.optimizer_moments
+
+
+def model_state_bytes(params: StageParams, layout: ParallelLayout, options: TrainingOptions) -> ModelState:
+    """weights = P·w; grads = P·g; optimizer = P_dense·o/shard_dense + P_expert·o/shard_expert,
+    times (1 − offload fraction) on the GPU and the rest on the host. Megatron-FSDP also shards
+    weights and gradients over the same groups."""
+    w, g, o = weight_bytes_per_param(options), grad_bytes_per_param(options), optimizer_bytes_per_param(options)
+    shard_dense, shard_expert = optimizer_shards(layout, options)
+    optimizer = params.dense * o / shard_dense + params.expert * o / shard_expert
+    if options.megatron_fsdp:
+        sharded = params.dense / shard_dense + params.expert / shard_expert
+        weights, grads = sharded * w, sharded * g
+    else:
+        weights, grads = params.total * w, params.total * g
+    on_gpu = 1.0 - options.optimizer_offload_fraction
+    master_share = 4.0 / o
+    return ModelState(weights, grads, optimizer * master_share * on_gpu, optimizer * (1 - master_share) * on_gpu,
+                      optimizer * options.optimizer_offload_fraction)
+
+
+# ----- activations ----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class TokenShape:
+    """Tokens of one microbatch on one rank: ``tokens`` = s·b/cp, ``sp`` the SP divisor (tp or 1)."""
+
+    tokens: float
+    tp: int
+    sp: int
+    etp: int
+    ep: int
+    stored_gemm_input: float  # a: 2 in BF16, 1 with FP8
+    seq_len: int
+    mbs: int
+    cp: int
+
+
+def token_shape(layout: ParallelLayout, options: TrainingOptions) -> TokenShape:
+    return TokenShape(
+        tokens=options.seq_len * layout.mbs / layout.cp,
+        tp=layout.tp,
+        sp=layout.tp if layout.sequence_parallel else 1,
+        etp=layout.etp,
+        ep=layout.ep,
+        stored_gemm_input=1.0 if options.is_fp8 else float(BF16),
+        seq_len=options.seq_len,
+        mbs=layout.mbs,
+        cp=layout.cp,
+    )
+
+
+def norm_bytes(shape: TokenShape, h: int, options: TrainingOptions) -> float:
+    """A pre-norm block stores the norm input 2·T·h/sp and its output a·T·h/sp (the next GEMM's
+    input); selective ``layernorm`` recompute drops the output."""
+    stored = BF16 * shape.tokens * h / shape.sp
+    if not options.recomputes("layernorm"):
+        stored += shape.stored_gemm_input * shape.tokens * h / shape.sp
+    return stored
+
+
+def dropout_mask_bytes(shape: TokenShape, h: int, probability: float) -> float:
+    """Bias-dropout-add keeps a 1-byte mask of T·h/sp when dropout is on."""
+    return shape.tokens * h / shape.sp if probability > 0 else 0.0
+
+
+def core_attention_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions, q_dim: int,
+                         v_dim: int) -> float:
+    """Flash/fused attention stores its output 2·T·n·dv/tp and the FP32 log-sum-exp 4·T·n/tp;
+    unfused attention also keeps the b·n/tp·s² softmax (2 B), and with attention dropout its
+    mask (1 B) and output (2 B). ``core_attn`` recompute keeps none of these."""
+    if options.recomputes("core_attn"):
+        return 0.0
+    n_local = model.num_attention_heads / shape.tp
+    stored = BF16 * shape.tokens * v_dim / shape.tp + FP32 * shape.tokens * n_local
+    if options.attention_backend == "unfused":
+        per_score = BF16 + (3 if options.attention_dropout > 0 else 0)
+        stored += per_score * shape.mbs * n_local * (shape.seq_len / shape.cp) * shape.seq_len / shape.cp
+    del q_dim
+    return stored
+
+
+def gqa_attention_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions) -> float:
+    """GQA/MHA/SWA block: norm + QKV output 2·T·(q·(1+gate) + 2·kv)/tp (Q, K, V saved for the
+    attention kernel) + qk-norm inputs 2·T·(q+kv)/tp + core attention + projection input
+    (FP8 copy a·T·q/tp when FP8) + dropout mask."""
+    h = model.hidden_size
+    q = model.num_attention_heads * model.head_dim
+    kv = model.query_groups * model.head_dim
+    gate = q if model.attention_output_gate else 0
+    stored = norm_bytes(shape, h, options)
+    stored += BF16 * shape.tokens * (q + gate + 2 * kv) / shape.tp
+    if model.qk_layernorm:
+        stored += BF16 * shape.tokens * (q + kv) / shape.tp
+    stored += core_attention_bytes(model, shape, options, q, q)
+    if options.is_fp8:
+        stored += shape.tokens * q / shape.tp
+    return stored + dropout_mask_bytes(shape, h, options.hidden_dropout)
+
+
+def mla_attention_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions) -> float:
+    """MLA block: norm; down-projection outputs and their norms 2·2·T·(rq + rkv + dr) (down
+    projections are not split over TP); up-projection outputs 2·T·n·(dn+dr + dn+dv)/tp (dropped by
+    ``mla_up_proj`` recompute); Q, K, V for attention 2·T·n·(2·(dn+dr) + dv)/tp; core attention;
+    projection input; dropout mask."""
+    h, n = model.hidden_size, model.num_attention_heads
+    dn, dr, dv = model.qk_head_dim, model.qk_pos_emb_head_dim, model.v_head_dim
+    rq, rkv = model.q_lora_rank or 0, model.kv_lora_rank
+    stored = norm_bytes(shape, h, options)
+    stored += 2 * BF16 * shape.tokens * (rq + rkv + dr) / shape.sp
+    if not options.recomputes("mla_up_proj"):
+        stored += BF16 * shape.tokens * n * (dn + dr + dn + dv) / shape.tp
+        stored += BF16 * shape.tokens * n * (2 * (dn + dr) + dv) / shape.tp
+    stored += core_attention_bytes(model, shape, options, n * (dn + dr), n * dv)
+    if options.is_fp8:
+        stored += shape.tokens * n * dv / shape.tp
+    return stored + dropout_mask_bytes(shape, h, options.hidden_dropout)
+
+
+def gdn_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions) -> float:
+    """Gated DeltaNet block: norm; in_proj output 2·T·(2qk + 2vd + 2nv)/tp; conv output
+    2·T·(2qk + vd)/tp; recurrent output, gated-norm input and output 3·2·T·vd/tp; dropout mask."""
+    h = model.hidden_size
+    qk = model.linear_num_key_heads * model.linear_key_head_dim
+    nv = model.linear_num_value_heads
+    vd = nv * model.linear_value_head_dim
+    stored = norm_bytes(shape, h, options)
+    stored += BF16 * shape.tokens * ((2 * qk + 2 * vd + 2 * nv) + (2 * qk + vd) + 3 * vd) / shape.tp
+    return stored + dropout_mask_bytes(shape, h, options.hidden_dropout)
+
+
+def dense_mlp_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions, ffn: int,
+                               tp: int) -> float:
+    """Dense MLP: norm; FC1 output 2·T·ffn·(2 if GLU)/tp; activation output a·T·ffn/tp; dropout
+    mask. ``mlp`` recompute keeps only the MLP input."""
+    h = model.hidden_size
+    if options.recomputes("mlp"):
+        return BF16 * shape.tokens * h / shape.sp + dropout_mask_bytes(shape, h, options.hidden_dropout)
+    stored = norm_bytes(shape, h, options)
+    glu = 2 if model.gated_linear_unit else 1
+    stored += BF16 * shape.tokens * ffn * glu / tp + shape.stored_gemm_input * shape.tokens * ffn / tp
+    return stored + dropout_mask_bytes(shape, h, options.hidden_dropout)
+
+
+def dispatched_tokens(model: ModelSpec, shape: TokenShape, options: TrainingOptions) -> float:
+    """Tokens one GPU's local experts process: T/sp local tokens × top-k, gathered over ETP, times
+    the load-imbalance factor (1 under forced balance)."""
+    return shape.tokens / shape.sp * model.moe_router_topk * shape.etp * options.moe_token_imbalance
+
+
+def moe_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions) -> float:
+    """MoE block: norm; router logits and probabilities 2·4·(T/sp)·E (FP32 router); per dispatched
+    token Td: expert FC1 input a·Td·h, FC1 output 2·Td·f·(2 if GLU)/etp, activation output
+    a·Td·f/etp (dropped by ``moe_act``); shared expert as a dense MLP; dropout mask. The router
+    probabilities are applied inside the expert activation (experts.py
+    ``activation_func_with_probs``), so unpermute saves no Td·h copy. ``moe`` recompute keeps
+    only the block input."""
+    h = model.hidden_size
+    if options.recomputes("moe"):
+        return BF16 * shape.tokens * h / shape.sp + dropout_mask_bytes(shape, h, options.hidden_dropout)
+    experts = model.num_moe_experts or 0
+    stored = norm_bytes(shape, h, options)
+    router_bytes = FP32 if options.moe_router_dtype_fp32 else BF16
+    stored += 2 * router_bytes * shape.tokens / shape.sp * experts
+    td = dispatched_tokens(model, shape, options)
+    f = model.expert_ffn
+    glu = 2 if model.gated_linear_unit else 1
+    stored += shape.stored_gemm_input * td * h + BF16 * td * f * glu / shape.etp
+    if not options.recomputes("moe_act"):
+        stored += shape.stored_gemm_input * td * f / shape.etp
+    if model.shared_ffn and not options.recomputes("shared_experts"):
+        stored += BF16 * shape.tokens * model.shared_ffn * glu / shape.tp
+        stored += shape.stored_gemm_input * shape.tokens * model.shared_ffn / shape.tp
+    return stored + dropout_mask_bytes(shape, h, options.hidden_dropout)
+
+
+def layer_activation_bytes(model: ModelSpec, layer: int, shape: TokenShape, options: TrainingOptions, *,
+                           moe_scale: float = 1.0) -> float:
+    """Stored activations of one transformer layer for one microbatch (no full recompute);
+    ``moe_scale`` is the fitted multiplier on the MoE block's tensors."""
+    kind = attention_kind(model, layer)
+    if kind is AttentionKind.MLA:
+        attn = mla_attention_activation_bytes(model, shape, options)
+    elif kind is AttentionKind.GDN:
+        attn = gdn_activation_bytes(model, shape, options)
+    else:
+        attn = gqa_attention_activation_bytes(model, shape, options)
+    if model.is_moe_layer(layer):
+        mlp = moe_scale * moe_activation_bytes(model, shape, options)
+    else:
+        mlp = dense_mlp_activation_bytes(model, shape, options, model.ffn_hidden_size, shape.tp)
+    offloaded = activation_offload_saving(model, layer, shape, options)
+    return max(attn + mlp - offloaded, 0.0)
+
+
+def activation_offload_saving(model: ModelSpec, layer: int, shape: TokenShape, options: TrainingOptions) -> float:
+    """Fine-grained activation offloading (``--offload-modules``) moves a module's saved inputs
+    to the host: attn_norm / mlp_norm the norm inputs 2·T·h/sp; qkv_linear the QKV input
+    a·T·h/sp; core_attn everything core attention saves (Q, K, V, output); attn_proj the
+    projection input; expert_fc1 the expert FC1 input a·Td·h; moe_act the activation output."""
+    mods = options.activation_offload_modules
+    if not mods:
+        return 0.0
+    h = model.hidden_size
+    saving = 0.0
+    if "attn_norm" in mods:
+        saving += BF16 * shape.tokens * h / shape.sp
+    if "mlp_norm" in mods:
+        saving += BF16 * shape.tokens * h / shape.sp
+    if "qkv_linear" in mods and not options.recomputes("layernorm"):
+        saving += shape.stored_gemm_input * shape.tokens * h / shape.sp
+    if "core_attn" in mods and attention_kind(model, layer) is not AttentionKind.GDN:
+        q = model.num_attention_heads * model.head_dim
+        kv = model.query_groups * model.head_dim
+        saving += BF16 * shape.tokens * (q + 2 * kv) / shape.tp
+        saving += core_attention_bytes(model, shape, options, q, q)
+    if "attn_proj" in mods and options.is_fp8:
+        saving += shape.tokens * model.num_attention_heads * model.head_dim / shape.tp
+    if model.is_moe_layer(layer) and not options.recomputes("moe"):
+        td = dispatched_tokens(model, shape, options)
+        if "expert_fc1" in mods:
+            saving += shape.stored_gemm_input * td * h
+        if "moe_act" in mods and not options.recomputes("moe_act"):
+            saving += shape.stored_gemm_input * td * model.expert_ffn / shape.etp
+    return saving
+
+
+def mtp_layer_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions, *,
+                               moe_scale: float = 1.0) -> float:
+    """An MTP layer: its transformer layer (same kind as the last decoder layer), the two input
+    norms and the 2h→h projection input 2·2·T·h/sp."""
+    h = model.hidden_size
+    return (layer_activation_bytes(model, model.num_layers - 1, shape, options, moe_scale=moe_scale)
+            + 3 * BF16 * shape.tokens * h / shape.sp)
+
+
+def chunk_layer_bytes(model: ModelSpec, layers: tuple[int, ...], mtp: int, shape: TokenShape,
+                      options: TrainingOptions, *, moe_scale: float = 1.0) -> list[float]:
+    """Per-layer stored activations of one model chunk for one microbatch (MTP layers last)."""
+    per_layer = [layer_activation_bytes(model, layer, shape, options, moe_scale=moe_scale) for layer in layers]
+    per_layer += [mtp_layer_activation_bytes(model, shape, options, moe_scale=moe_scale)] * mtp
+    return per_layer
+
+
+def full_recompute_bytes(per_layer: list[float], shape: TokenShape, h: int, options: TrainingOptions) -> float:
+    """Full recompute: uniform keeps each group of N layers' input 2·T·h/sp; block recomputes the
+    first N layers of the chunk (input only) and stores the rest in full (transformer_block.py
+    ``_checkpointed_forward``). The recomputed group's live activations count as a transient."""
+    checkpoint = BF16 * shape.tokens * h / shape.sp
+    n = max(options.recompute_num_layers, 1)
+    if options.recompute_method == "block":
+        recomputed = min(n, len(per_layer))
+        return recomputed * checkpoint + sum(per_layer[recomputed:])
+    groups = -(-len(per_layer) // n)
+    return groups * checkpoint
+
+
+def embedding_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions) -> float:
+    """First stage: embedding output 2·T·h/sp (+ dropout mask)."""
+    h = model.hidden_size
+    return BF16 * shape.tokens * h / shape.sp + dropout_mask_bytes(shape, h, options.hidden_dropout)
+
+
+def logits_loss_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions, heads: int) -> float:
+    """Loss stage, per microbatch: final norm 2·2·T·h/sp; per output head the BF16 logits
+    2·T·V/tp live together with one FP32 buffer 4·T·V/tp (tensor_parallel/cross_entropy.py:
+    ``logits.float()``, max-subtract and exp in place, that buffer saved as the softmax for
+    backward, whose gradient is formed in place). The fused cross entropy
+    (``cross_entropy_loss_fusion``) works on the BF16 logits with an FP32 gradient: also 6 B."""
+    vocab = model.padded_vocab_size(shape.tp)
+    per_head = BF16 + FP32
+    norm = 2 * BF16 * shape.tokens * model.hidden_size / shape.sp
+    return norm + heads * per_head * shape.tokens * vocab / shape.tp
+
+
+def moe_dispatch_transient_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions) -> float:
+    """Live only while one MoE layer runs: the permuted send buffer and the received tokens,
+    2·2·Td·h (alltoall/flex); the allgather dispatcher gathers every TP·EP rank's tokens,
+    2·(T/sp)·tp·ep·h, before selecting its own."""
+    if not model.is_moe:
+        return 0.0
+    h = model.hidden_size
+    td = dispatched_tokens(model, shape, options)
+    if options.dispatcher == "allgather":
+        return BF16 * shape.tokens / shape.sp * shape.tp * shape.ep * h + 2 * BF16 * td * h
+    return 2 * BF16 * td * h
+
+
+def te_workspace_bytes(model: ModelSpec, options: TrainingOptions, architecture: str) -> float:
+    """cuBLAS(Lt) workspaces Transformer Engine allocates through PyTorch: one of 32 MiB on
+    Hopper and later (4 MiB before), plus four more for the multi-stream grouped GEMM of MoE
+    experts (transformer_engine/pytorch/module/base.py ``get_workspace``,
+    ``get_multi_stream_cublas_workspace``)."""
+    per_stream = (32 if architecture in ("hopper", "blackwell") else 4) * 1024.0**2
+    streams = 1 + (4 if model.is_moe and options.moe_grouped_gemm else 0)
+    return per_stream * streams
+
+
+# ----- assembling a stage ---------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class StageMemory:
+    """Peak memory of the worst GPU of one pipeline stage, by component (bytes)."""
+
+    stage: int
+    layers: int
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    logits_loss: float
+    transient: float
+    workspace: float
+    peak_allocated: float
+    fragmentation: float
+    cuda_context: float
+    nccl_buffers: float
+    cuda_graphs: float
+    dispatcher_buffers: float
+    peak_reserved: float
+    optimizer_host: float
+    inflight_microbatches: int
+
+    def components(self) -> dict[str, float]:
+        return {
+            "weights": self.weights, "gradients": self.gradients, "optimizer": self.optimizer,
+            "activations": self.activations, "logits_loss": self.logits_loss, "transient": self.transient,
+            "workspace": self.workspace, "fragmentation": self.fragmentation, "cuda_context": self.cuda_context,
+            "nccl_buffers": self.nccl_buffers, "cuda_graphs": self.cuda_graphs,
+            "dispatcher_buffers": self.dispatcher_buffers,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEstimate:
+    stages: tuple[StageMemory, ...]
+    capacity_bytes: float
+    host_capacity_bytes: float
+
+    @property
+    def worst(self) -> StageMemory:
+        return max(self.stages, key=lambda s: s.peak_reserved)
+
+    @property
+    def peak_allocated_bytes(self) -> float:
+        return max(s.peak_allocated for s in self.stages)
+
+    @property
+    def peak_reserved_bytes(self) -> float:
+        return max(s.peak_reserved for s in self.stages)
+
+    @property
+    def host_bytes_per_gpu(self) -> float:
+        return max(s.optimizer_host for s in self.stages)
+
+    def fits(self, margin: float = 0.0) -> bool:
+        """Reserved peak of every stage within (1 − margin) of the GPU's memory, host within its DRAM."""
+        return (self.peak_reserved_bytes <= (1.0 - margin) * self.capacity_bytes
+                and self.host_bytes_per_gpu <= self.host_capacity_bytes)
+
+    def as_dict(self) -> dict[str, object]:
+        worst = self.worst
+        return {
+            "peak_allocated_bytes": self.peak_allocated_bytes,
+            "peak_reserved_bytes": self.peak_reserved_bytes,
+            "capacity_bytes": self.capacity_bytes,
+            "headroom_bytes": self.capacity_bytes - self.peak_reserved_bytes,
+            "fits": self.fits(),
+            "worst_stage": worst.stage,
+            "host_bytes_per_gpu": self.host_bytes_per_gpu,
+            "stages": [
+                {"stage": s.stage, "layers": s.layers, "inflight_microbatches": s.inflight_microbatches,
+                 "peak_allocated_bytes": s.peak_allocated, "peak_reserved_bytes": s.peak_reserved,
+                 "components": s.components()}
+                for s in self.stages
+            ],
+        }
+
+
+def stage_memory(model: ModelSpec, layout: ParallelLayout, options: TrainingOptions, stage: PipelineStage,
+                 coefficients: MemoryCoefficients, *, first_step: bool = False,
+                 architecture: str = "hopper") -> StageMemory:
+    """Peak of one stage: model state + in-flight activations + loss buffers + transients.
+
+    Steady state (default): the optimizer moments are resident during forward/backward. With
+    ``first_step`` the peak is that of the first iteration, whose forward/backward runs before
+    the moments exist: max(state without moments + activation peak, full state + workspace).
+    """
+    c = coefficients
+    shape = token_shape(layout, options)
+    params = stage_params_per_gpu(model, layout, stage)
+    state = model_state_bytes(params, layout, options)
+    h = model.hidden_size
+
+    inflight = inflight_microbatch_chunks(layout, stage.rank)
+    chunk_bytes: list[float] = []
+    largest_layer = 0.0
+    for chunk in stage.chunks:
+        per_layer = chunk_layer_bytes(model, chunk.decoder_layers, chunk.mtp_layers, shape, options,
+                                      moe_scale=c.moe_activation_scale)
+        largest_layer = max([largest_layer, *per_layer])
+        if options.recompute_granularity == "full":
+            stored = full_recompute_bytes(per_layer, shape, h, options)
+            largest_layer = max(largest_layer, sum(sorted(per_layer)[-options.recompute_num_layers:]))
+        else:
+            stored = sum(per_layer)
+        if chunk.embedding:
+            stored += embedding_activation_bytes(model, shape, options)
+        chunk_bytes.append(stored)
+    mean_chunk = sum(chunk_bytes) / max(len(chunk_bytes), 1)
+    activations = c.activation_scale * mean_chunk * inflight if layout.vpp > 1 else c.activation_scale * (
+        chunk_bytes[0] * inflight)
+
+    logits = 0.0
+    if stage.has_loss:
+        logits = c.logits_scale * logits_loss_bytes(model, shape, options, 1 + stage.mtp_layers)
+    moe_layers = any(model.is_moe_layer(i) for i in stage.decoder_layers) or (
+        stage.mtp_layers and model.is_moe_layer(-1))
+    dispatch = c.moe_dispatch_scale * moe_dispatch_transient_bytes(model, shape, options) if moe_layers else 0.0
+    transient = c.transient_layer_scale * largest_layer + dispatch
+    workspace = c.workspace_bytes + te_workspace_bytes(model, options, architecture)
+
+    # DDP/optimizer buffers are padded and bucketed; the fitted fraction covers that bookkeeping.
+    static = (state.weights + state.gradients + state.optimizer) * (1.0 + c.state_overhead_fraction)
+    moments = state.optimizer_moments * (1.0 + c.state_overhead_fraction)
+    # The loss stage peaks while the logits buffers are live (no layer is in backward then);
+    # every other moment of every stage peaks in a layer's backward (its working set plus the
+    # MoE dispatch buffers). Both sit on top of the stored activations.
+    dynamic = activations + max(logits, transient)
+    graphs = cuda_graph_pool_bytes(model, shape, options, stage, dynamic)
+    persistent = static + workspace + graphs
+    if first_step:
+        peak_allocated = max(persistent - moments + dynamic, persistent)
+    else:
+        peak_allocated = persistent + dynamic
+
+    fraction = c.fragmentation_fraction if options.expandable_segments else c.fragmentation_fraction_no_expandable
+    fragmentation = fraction * peak_allocated
+    dispatcher = dispatcher_buffer_bytes(model, layout, options)
+    reserved = peak_allocated + fragmentation + c.cuda_context_bytes + c.nccl_buffer_bytes + dispatcher
+    return StageMemory(
+        stage=stage.rank, layers=len(stage.decoder_layers) + stage.mtp_layers,
+        weights=state.weights, gradients=state.gradients, optimizer=state.optimizer, activations=activations,
+        logits_loss=logits, transient=transient, workspace=workspace, peak_allocated=peak_allocated,
+        fragmentation=fragmentation, cuda_context=c.cuda_context_bytes, nccl_buffers=c.nccl_buffer_bytes,
+        cuda_graphs=graphs, dispatcher_buffers=dispatcher, peak_reserved=reserved,
+        optimizer_host=state.optimizer_host, inflight_microbatches=inflight,
+    )
+
+
+def cuda_graph_pool_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions, stage: PipelineStage,
+                          dynamic_bytes: float) -> float:
+    """CUDA-graph memory the caching allocator cannot share with eager tensors (allocated).
+
+    TE-scoped graphs keep static input and output buffers of 2·T·h/sp BF16 per graphed module
+    and layer for the whole run (graphs of successive microbatches share them):
+    2·(2·T·h/sp)·scopes·layers (megatron/core/transformer/cuda_graphs.py; the cuda-graphs
+    skill's "a few GB", facts §6.5). Full-iteration graphs capture the whole step, so the pool
+    holds the step's activation working set again, + (activations + logits + transients):
+    the skill's "1.5–2× peak".
+    """
+    scope = options.cuda_graph_scope
+    if not scope:
+        return 0.0
+    if "full_iteration" in scope:
+        return dynamic_bytes
+    per_buffer = BF16 * shape.tokens * model.hidden_size / shape.sp
+    layers = len(stage.decoder_layers) + stage.mtp_layers
+    return 2 * per_buffer * len(scope) * layers
+
+
+def dispatcher_buffer_bytes(model: ModelSpec, layout: ParallelLayout, options: TrainingOptions) -> float:
+    """DeepEP / HybridEP allocate their NVLink (and RDMA) buffers with cudaMalloc outside the
+    PyTorch allocator, so they appear in reserved (nvidia-smi) memory only: ≈1 GiB NVL buffer,
+    plus ≈1 GiB RDMA buffer when the EP group leaves the NVLink domain (DeepEP defaults;
+    facts §6.13)."""
+    if not model.is_moe or options.dispatcher not in ("deepep", "hybridep"):
+        return 0.0
+    gib = 1024.0**3
+    return gib * (2.0 if layout.ep * layout.etp > 8 and options.dispatcher == "deepep" else 1.0)
+
+
+def estimate_memory(model: ModelSpec, hardware: HardwareSpec | None, layout: ParallelLayout,
+                    options: TrainingOptions, coefficients: MemoryCoefficients | None = None, *,
+                    first_step: bool = False) -> MemoryEstimate:
+    """Peak memory of every pipeline stage (worst GPU of each); see ``stage_memory``."""
+    coeffs = coefficients or shipped_coefficients()
+    architecture = hardware.architecture if hardware else "hopper"
+    stages = tuple(stage_memory(model, layout, options, stage, coeffs, first_step=first_step,
+                                architecture=architecture)
+                   for stage in pipeline_stages(model, layout))
+    capacity = hardware.hbm_bytes if hardware else float("inf")
+    host = hardware.host_memory_bytes if hardware else float("inf")
+    return MemoryEstimate(stages, capacity, host)
+

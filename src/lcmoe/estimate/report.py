@@ -1,0 +1,31 @@
+"""One place that turns a RunConfig into the estimate dictionary every surface prints
+(`estimate --json`, plan entries, check, reports), so the numbers are identical everywhere."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lcmoe.estimate.memory import estimate_memory
+from lcmoe.run import RunConfig
+from lcmoe.units import format_tokens
+
+
+def estimate_run(run: RunConfig) -> dict[str, Any]:
+    memory = estimate_memory(run.model, run.hardware, run.layout, run.options)
+    result: dict[str, Any] = {
+        "inputs": {
+            "model": run.model.name, "gpu": run.hardware.name, "num_gpus": run.num_gpus,
+            "seq_len": run.options.seq_len, "seq_len_label": format_tokens(run.options.seq_len),
+            "precision": run.options.precision, "recompute": run.options.recompute_label(),
+            "dispatcher": run.options.dispatcher, "cuda_graph_scope": sorted(run.options.cuda_graph_scope),
+            "optimizer_offload_fraction": run.options.optimizer_offload_fraction,
+        },
+        "layout": run.layout.as_dict(),
+        "memory": memory.as_dict(),
+    }
+    try:
+        from lcmoe.estimate.time import estimate_time
+    except ImportError:  # pragma: no cover - time model lands separately
+        return result
+    result["time"] = estimate_time(run).as_dict()
+    return result

@@ -1,0 +1,270 @@
+"""ParallelLayout: how a model is split over GPUs, and what each pipeline stage holds.
+
+Axes (Megatron-Core names; ``Axis`` glossary):
+    tp  tensor parallel (attention/dense MLP; with sequence parallel the residual stream is
+        also split over tp)           cp  context parallel (sequence split for attention)
+    ep  expert parallel               etp expert tensor parallel (expert FFN split)
+    pp  pipeline stages               vpp virtual stages (model chunks) per pipeline rank
+    dp  data parallel = world / (tp·cp·pp)
+    edp expert data parallel = world / (ep·etp·pp)  (MoE "parallel folding": the expert grid
+        re-folds the same tp·cp·dp ranks, megatron-bridge-facts.md §2.1)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+
+from lcmoe.errors import LcmoeError
+from lcmoe.specs.model import ModelSpec
+
+
+class Axis(str, Enum):
+    TP = "tp"
+    CP = "cp"
+    EP = "ep"
+    ETP = "etp"
+    PP = "pp"
+    VPP = "vpp"
+    DP = "dp"
+    EDP = "edp"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParallelLayout:
+    """A complete parallel layout for one run. ``dp`` is given explicitly (world = tp·cp·pp·dp)."""
+
+    tp: int = 1
+    cp: int = 1
+    ep: int = 1
+    etp: int = 1
+    pp: int = 1
+    vpp: int = 1
+    dp: int = 1
+    mbs: int = 1
+    gbs: int = 1
+    sequence_parallel: bool = True
+    cp_comm_type: str = "p2p"
+    pipeline_layout: str | None = None
+    decoder_first_pipeline_num_layers: int | None = None
+    decoder_last_pipeline_num_layers: int | None = None
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "cp", "ep", "etp", "pp", "vpp", "dp", "mbs", "gbs"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise LcmoeError(name, value, "must be a positive whole number", f"set --{name} to 1 or more")
+        if self.cp_comm_type not in ("p2p", "a2a", "a2a+p2p", "all_gather"):
+            raise LcmoeError("cp_comm_type", self.cp_comm_type, "must be p2p, a2a, a2a+p2p or all_gather",
+                             "use p2p unless you have a reason")
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def edp(self) -> int:
+        """Expert data parallel: world / (ep·etp·pp); 0 when the expert grid does not fold."""
+        grid = self.ep * self.etp * self.pp
+        return self.world_size // grid if self.world_size % grid == 0 else 0
+
+    @property
+    def num_microbatches(self) -> int:
+        """M = GBS / (MBS·DP) per pipeline per step (0 when GBS does not split)."""
+        per = self.mbs * self.dp
+        return self.gbs // per if self.gbs % per == 0 else 0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "tp": self.tp, "cp": self.cp, "ep": self.ep, "etp": self.etp, "pp": self.pp, "vpp": self.vpp,
+            "dp": self.dp, "edp": self.edp, "mbs": self.mbs, "gbs": self.gbs, "ga": self.num_microbatches,
+            "cp_comm_type": self.cp_comm_type, "sequence_parallel": self.sequence_parallel,
+            "pipeline_layout": self.pipeline_layout,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ModelChunk:
+    """What one virtual pipeline stage (model chunk) holds."""
+
+    decoder_layers: tuple[int, ...]
+    embedding: bool = False
+    loss: bool = False
+    mtp_layers: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineStage:
+    """One physical pipeline rank: its chunks in order (chunk v is virtual stage v·pp + rank)."""
+
+    rank: int
+    chunks: tuple[ModelChunk, ...] = field(default_factory=tuple)
+
+    @property
+    def decoder_layers(self) -> tuple[int, ...]:
+        return tuple(layer for chunk in self.chunks for layer in chunk.decoder_layers)
+
+    @property
+    def has_embedding(self) -> bool:
+        return any(c.embedding for c in self.chunks)
+
+    @property
+    def has_loss(self) -> bool:
+        return any(c.loss for c in self.chunks)
+
+    @property
+    def mtp_layers(self) -> int:
+        return sum(c.mtp_layers for c in self.chunks)
+
+
+_LAYOUT_REPEAT = re.compile(r"\(([^()]*)\)\s*\*\s*(\d+)")
+_LAYOUT_TOKEN = re.compile(r"([Etm L])(?:\s*\*\s*(\d+))?")
+
+
+def parse_pipeline_layout(text: str) -> list[list[str]]:
+    """Expand Megatron's ``pipeline_model_parallel_layout`` (e.g. ``Et|(tt|)*6mL``) into one token
+    list per virtual stage. Tokens: E embedding, t transformer layer, m MTP layer, L loss
+    (megatron/core/transformer/pipeline_parallel_layer_layout.py ``parse_str_to_list``)."""
+    body = text.strip().strip("'\"")
+    for _ in range(32):
+        expanded = _LAYOUT_REPEAT.sub(lambda m: m.group(1) * int(m.group(2)), body)
+        if expanded == body:
+            break
+        body = expanded
+    stages: list[list[str]] = []
+    for part in body.split("|"):
+        tokens: list[str] = []
+        pos = 0
+        part = part.replace(" ", "")
+        while pos < len(part):
+            match = _LAYOUT_TOKEN.match(part, pos)
+            if not match or match.end() == pos:
+                raise LcmoeError("pipeline_layout", text, f"has an unknown token at {part[pos:]!r}",
+                                 "use E, t, m, L, |, (…)*n and x*n")
+            tokens.extend(match.group(1) * int(match.group(2) or 1))
+            pos = match.end()
+        stages.append(tokens)
+    return stages
+
+
+def pipeline_stages(model: ModelSpec, layout: ParallelLayout) -> list[PipelineStage]:
+    """Assign decoder layers, embedding, loss and MTP layers to every pipeline rank and chunk.
+
+    Explicit layout: as written. Otherwise Megatron's split (transformer_block.py
+    ``get_num_layers_to_build``): optional first/last stage counts, then an even split of the
+    rest over the remaining virtual stages, with embedding/loss counted as a layer when the
+    ``account_for_*`` flags are set; MTP goes with the loss on the last virtual stage.
+    """
+    num_virtual = layout.pp * layout.vpp
+    if layout.pipeline_layout:
+        stage_tokens = parse_pipeline_layout(layout.pipeline_layout)
+        if len(stage_tokens) != num_virtual:
+            raise LcmoeError("pipeline_layout", layout.pipeline_layout,
+                             f"has {len(stage_tokens)} stages but pp·vpp = {num_virtual}",
+                             "write one |-separated stage per virtual stage")
+        chunks: list[ModelChunk] = []
+        next_layer = 0
+        for tokens in stage_tokens:
+            count = tokens.count("t")
+            chunks.append(ModelChunk(tuple(range(next_layer, next_layer + count)), "E" in tokens, "L" in tokens,
+                                     tokens.count("m")))
+            next_layer += count
+        if next_layer != model.num_layers:
+            raise LcmoeError("pipeline_layout", layout.pipeline_layout,
+                             f"places {next_layer} transformer layers but the model has {model.num_layers}",
+                             "make the count of t equal num_layers")
+    else:
+        chunks = _even_chunks(model, layout, num_virtual)
+    stages = []
+    for rank in range(layout.pp):
+        stages.append(PipelineStage(rank, tuple(chunks[v * layout.pp + rank] for v in range(layout.vpp))))
+    return stages
+
+
+def _even_chunks(model: ModelSpec, layout: ParallelLayout, num_virtual: int) -> list[ModelChunk]:
+    counts: list[int]
+    first, last = layout.decoder_first_pipeline_num_layers, layout.decoder_last_pipeline_num_layers
+    total = model.num_layers
+    if first is not None or last is not None:
+        middle_stages = num_virtual - (first is not None) - (last is not None)
+        rest = total - (first or 0) - (last or 0)
+        if rest < 0 or (middle_stages and rest % middle_stages) or (not middle_stages and rest):
+            raise LcmoeError("decoder_first/last_pipeline_num_layers", (first, last),
+                             f"leave {rest} layers that do not split over {middle_stages} stages",
+                             "choose counts that leave an even split")
+        each = rest // middle_stages if middle_stages else 0
+        counts = ([first] if first is not None else []) + [each] * middle_stages + ([last] if last is not None else [])
+    else:
+        extra_first = int(layout.account_for_embedding_in_pipeline_split)
+        extra_last = int(layout.account_for_loss_in_pipeline_split)
+        padded = total + extra_first + extra_last
+        if padded % num_virtual:
+            raise LcmoeError("pp·vpp", num_virtual, f"does not divide the {padded} layers to split",
+                             "use an explicit pipeline_layout or uneven first/last stages")
+        each = padded // num_virtual
+        counts = [each] * num_virtual
+        counts[0] -= extra_first
+        counts[-1] -= extra_last
+    chunks = []
+    start = 0
+    for index, count in enumerate(counts):
+        is_last = index == num_virtual - 1
+        chunks.append(ModelChunk(tuple(range(start, start + count)), index == 0, is_last,
+                                 model.mtp_num_layers if is_last else 0))
+        start += count
+    return chunks
+
+
+def inflight_microbatch_chunks(layout: ParallelLayout, rank: int) -> int:
+    """Model-chunk activations a pipeline rank holds at its peak (per microbatch-chunk).
+
+    1F1B (vpp = 1): min(pp − rank, M) microbatches (schedules.py
+    ``forward_backward_pipelining_without_interleaving``: warm-up pp − rank − 1, then one more).
+    Interleaved: warm-up (pp − rank − 1)·2 + (vpp − 1)·pp chunks, then one more
+    (``get_pp_rank_microbatches``), capped at M·vpp.
+    """
+    m = max(layout.num_microbatches, 1)
+    if layout.pp == 1:
+        return 1
+    if layout.vpp == 1:
+        return min(layout.pp - rank, m)
+    warmup = (layout.pp - rank - 1) * 2 + (layout.vpp - 1) * layout.pp
+    return min(warmup + 1, m * layout.vpp)
+
+
+def layers_split_evenly(model: ModelSpec, pp: int, vpp: int) -> bool:
+    """Whether Megatron's default split works: L divisible by pp·vpp (MTP rides on the last stage)."""
+    return model.num_layers % (pp * vpp) == 0
+
+
+def auto_pipeline_layout(model: ModelSpec, pp: int, vpp: int = 1) -> str | None:
+    """A balanced ``pipeline_model_parallel_layout`` for models whose layers do not split evenly
+    (DeepSeek-V3's 61 + MTP). Embedding and loss each count as one layer of work and each MTP
+    layer as one, as Bridge's recipe layouts do; the remainder goes to the middle stages so the
+    first and last stages (which also hold the embedding / output layer) stay lighter.
+    None when the stages cannot all hold at least one layer's worth."""
+    stages = pp * vpp
+    extra_last = 1 + model.mtp_num_layers
+    total = model.num_layers + 1 + extra_last
+    if stages == 1:
+        return None
+    base, remainder = divmod(total, stages)
+    counts = [base] * stages
+    middle = list(range(1, stages - 1)) or list(range(stages))
+    for i in range(remainder):
+        counts[middle[i % len(middle)]] += 1
+    counts[0] -= 1
+    counts[-1] -= extra_last
+    if min(counts) < 0 or sum(counts) != model.num_layers:
+        return None
+    parts = []
+    for index, count in enumerate(counts):
+        text = "E" if index == 0 else ""
+        text += f"t*{count}" if count > 1 else ("t" if count == 1 else "")
+        if index == stages - 1:
+            text += "m" * model.mtp_num_layers + "L"
+        parts.append(text)
+    return "|".join(parts)

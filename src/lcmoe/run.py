@@ -1,0 +1,86 @@
+"""RunConfig: one fully specified training run (model, hardware, layout, options), and its
+construction from user-level knobs with Megatron's derived values and one-sentence errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lcmoe.errors import LcmoeError
+from lcmoe.layout import ParallelLayout, auto_pipeline_layout, layers_split_evenly
+from lcmoe.specs.hardware import HardwareSpec
+from lcmoe.specs.model import ModelSpec
+from lcmoe.workload import RECOMPUTE_MODULES, TrainingOptions
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    model: ModelSpec
+    hardware: HardwareSpec
+    layout: ParallelLayout
+    options: TrainingOptions
+
+    @property
+    def num_gpus(self) -> int:
+        return self.layout.world_size
+
+
+def derive_dp(num_gpus: int, *, tp: int, cp: int, pp: int) -> int:
+    """DP = GPUs / (TP·CP·PP); the GPU count must be a multiple (megatron-bridge-facts.md §2.1)."""
+    model_parallel = tp * cp * pp
+    if num_gpus < 1:
+        raise LcmoeError("--gpus", num_gpus, "must be at least 1", "e.g. --gpus 256")
+    if num_gpus % model_parallel:
+        raise LcmoeError("--gpus", num_gpus, f"is not a multiple of TP·CP·PP = {tp}·{cp}·{pp} = {model_parallel}",
+                         f"use a multiple of {model_parallel} GPUs or change TP/CP/PP")
+    return num_gpus // model_parallel
+
+
+def resolve_pipeline_layout(model: ModelSpec, pp: int, vpp: int, given: str | None) -> str | None:
+    """The explicit layout to use: the user's, or a balanced one when layers do not split evenly."""
+    if given or (pp == 1 and vpp == 1):
+        return given
+    if layers_split_evenly(model, pp, vpp):
+        return None
+    layout = auto_pipeline_layout(model, pp, vpp)
+    if layout is None:
+        raise LcmoeError("pp·vpp", pp * vpp, f"is too many stages for {model.num_layers} layers",
+                         "use fewer pipeline stages")
+    return layout
+
+
+def parse_recompute(text: str) -> tuple[str, frozenset[str], str, int]:
+    """``none`` | ``full`` | ``full:block:4`` | ``full:uniform:1`` | comma-separated modules.
+
+    Returns (granularity, modules, method, num_layers). Aliases: up_proj → mla_up_proj,
+    norm → layernorm (the guidance's spelling)."""
+    value = text.strip().lower()
+    if value in ("", "none", "no", "off"):
+        return "none", frozenset(), "uniform", 1
+    if value.startswith("full"):
+        parts = value.split(":")
+        method = parts[1] if len(parts) > 1 and parts[1] else "uniform"
+        if method not in ("uniform", "block"):
+            raise LcmoeError("--recompute", text, "full recompute method must be uniform or block",
+                             "e.g. full:uniform:1")
+        try:
+            layers = int(parts[2]) if len(parts) > 2 else 1
+        except ValueError:
+            raise LcmoeError("--recompute", text, "the layer count must be a whole number", "e.g. full:block:4") from None
+        return "full", frozenset(), method, max(layers, 1)
+    aliases = {"up_proj": "mla_up_proj", "norm": "layernorm", "attn": "core_attn"}
+    modules = frozenset(aliases.get(m.strip(), m.strip()) for m in value.split(",") if m.strip())
+    unknown = modules - RECOMPUTE_MODULES
+    if unknown:
+        raise LcmoeError("--recompute", text, f"{', '.join(sorted(unknown))} is not a recompute module",
+                         f"use none, full, or some of {', '.join(sorted(RECOMPUTE_MODULES))}")
+    return "selective", modules, "uniform", 1
+
+
+def check_precision_supported(hardware: HardwareSpec, precision: str) -> None:
+    """MXFP8/NVFP4 need Blackwell; FP8 needs Hopper or later."""
+    from lcmoe.workload import tensor_core_precision
+
+    core = tensor_core_precision(precision)
+    if not hardware.supports(core):
+        raise LcmoeError("--precision", precision, f"{hardware.name} has no {core} tensor cores",
+                         f"use one of {', '.join(sorted(hardware.peak_flops))}")

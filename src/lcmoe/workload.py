@@ -1,0 +1,114 @@
+"""Workload and training options: everything besides the model and the layout that changes
+memory or time (sequence length, precision, recompute, optimizer, dispatcher, CUDA graphs, offload).
+
+Field names follow Megatron-Core / Bridge spellings (megatron-bridge-facts.md §1.2) so that the
+emitters map them one to one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from lcmoe.errors import LcmoeError
+
+Precision = Literal["bf16", "fp16", "fp8-tensorwise", "fp8-delayed", "fp8-blockwise", "mxfp8", "nvfp4"]
+PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8-tensorwise", "fp8-delayed", "fp8-blockwise", "mxfp8", "nvfp4")
+
+# Selective-recompute modules Megatron-Core accepts (transformer_config.py recompute_modules).
+RECOMPUTE_MODULES = frozenset(
+    {"core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts"}
+)
+DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep")
+CUDA_GRAPH_SCOPES = frozenset(
+    {"attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration"}
+)
+
+
+def tensor_core_precision(precision: str) -> str:
+    """The hardware peak a precision runs its GEMMs at: bf16, fp8, mxfp8 or nvfp4."""
+    if precision in ("bf16", "fp16"):
+        return "bf16"
+    if precision.startswith("fp8"):
+        return "fp8"
+    return precision
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainingOptions:
+    """Options that change memory or step time. Defaults are Megatron Bridge's perf-recipe
+    defaults for MoE pretraining (BF16, distributed optimizer, no recompute, alltoall)."""
+
+    seq_len: int
+    precision: str = "bf16"
+    fp8_param_gather: bool = False
+    # Optimizer and state placement.
+    optimizer: Literal["adam", "muon", "sgd"] = "adam"
+    distributed_optimizer: bool = True
+    num_distributed_optimizer_instances: int = 1
+    megatron_fsdp: bool = False
+    main_grads_dtype: Literal["fp32", "bf16"] = "fp32"
+    exp_avg_dtype: Literal["fp32", "bf16", "fp8"] = "fp32"
+    optimizer_offload_fraction: float = 0.0
+    # Activations.
+    recompute_granularity: Literal["none", "selective", "full"] = "none"
+    recompute_modules: frozenset[str] = field(default_factory=frozenset)
+    recompute_method: Literal["uniform", "block"] = "uniform"
+    recompute_num_layers: int = 1
+    activation_offload_modules: frozenset[str] = field(default_factory=frozenset)
+    attention_backend: Literal["auto", "flash", "fused", "unfused"] = "auto"
+    hidden_dropout: float = 0.0
+    attention_dropout: float = 0.0
+    cross_entropy_fusion: bool = False
+    # MoE.
+    dispatcher: str = "alltoall"
+    moe_grouped_gemm: bool = True
+    moe_router_dtype_fp32: bool = True
+    moe_token_imbalance: float = 1.0
+    overlap_moe_expert_parallel_comm: bool = False
+    # Graphs and allocator.
+    cuda_graph_scope: frozenset[str] = field(default_factory=frozenset)
+    expandable_segments: bool = True
+
+    def __post_init__(self) -> None:
+        if self.seq_len < 1:
+            raise LcmoeError("seq_len", self.seq_len, "must be positive", "e.g. --seq-len 128k")
+        if self.precision not in PRECISIONS:
+            raise LcmoeError("precision", self.precision, f"must be one of {', '.join(PRECISIONS)}", "e.g. bf16")
+        if not 0.0 <= self.optimizer_offload_fraction <= 1.0:
+            raise LcmoeError("optimizer_offload_fraction", self.optimizer_offload_fraction,
+                             "must be between 0 and 1", "e.g. 0.5")
+        unknown = set(self.recompute_modules) - RECOMPUTE_MODULES
+        if unknown:
+            raise LcmoeError("recompute_modules", ",".join(sorted(unknown)), "are not Megatron recompute modules",
+                             f"use {', '.join(sorted(RECOMPUTE_MODULES))}")
+        if self.dispatcher not in DISPATCHERS:
+            raise LcmoeError("dispatcher", self.dispatcher, f"must be one of {', '.join(DISPATCHERS)}",
+                             "alltoall is the safe default")
+        bad_scopes = set(self.cuda_graph_scope) - CUDA_GRAPH_SCOPES
+        if bad_scopes:
+            raise LcmoeError("cuda_graph_scope", ",".join(sorted(bad_scopes)), "are not CUDA-graph scopes",
+                             f"use {', '.join(sorted(CUDA_GRAPH_SCOPES))}")
+        if self.moe_token_imbalance < 1.0:
+            raise LcmoeError("moe_token_imbalance", self.moe_token_imbalance, "must be ≥ 1 (1 = perfectly balanced)",
+                             "use 1.0 under forced balance")
+        if self.recompute_num_layers < 1:
+            raise LcmoeError("recompute_num_layers", self.recompute_num_layers, "must be ≥ 1", "e.g. 1")
+
+    @property
+    def is_fp8(self) -> bool:
+        return self.precision.startswith("fp8") or self.precision in ("mxfp8", "nvfp4")
+
+    @property
+    def tensor_core_precision(self) -> str:
+        return tensor_core_precision(self.precision)
+
+    def recomputes(self, module: str) -> bool:
+        return self.recompute_granularity == "selective" and module in self.recompute_modules
+
+    def recompute_label(self) -> str:
+        if self.recompute_granularity == "full":
+            return f"full/{self.recompute_method}/{self.recompute_num_layers}"
+        if self.recompute_granularity == "selective":
+            return ",".join(sorted(self.recompute_modules)) or "none"
+        return "none"
