@@ -61,16 +61,24 @@ def fit(cases: list[GoldenCase]) -> MemoryCoefficients:
     lower = np.array([lo / scale for _, lo, _, scale in PARAMETERS])
     upper = np.array([hi / scale for _, _, hi, scale in PARAMETERS])
     start = np.clip(np.array([0.2, 0.05, 1.0, 1.0, 1.0]), lower, upper)
-    result = least_squares(lambda v: relative_errors(cases, coefficients_from(v)), start, bounds=(lower, upper),
-                           loss="soft_l1", f_scale=0.05)
+    result = least_squares(
+        lambda v: relative_errors(cases, coefficients_from(v)),
+        start,
+        bounds=(lower, upper),
+        loss="soft_l1",
+        f_scale=0.05,
+    )
     return coefficients_from(result.x)
 
 
 def summary(errors: np.ndarray) -> dict[str, float]:
     absolute = np.abs(errors) * 100
-    return {"n": len(errors), "median_abs_pct_err": float(np.median(absolute)),
-            "p90_abs_pct_err": float(np.percentile(absolute, 90)),
-            "median_signed_pct_err": float(np.median(errors) * 100)}
+    return {
+        "n": len(errors),
+        "median_abs_pct_err": float(np.median(absolute)),
+        "p90_abs_pct_err": float(np.percentile(absolute, 90)),
+        "median_signed_pct_err": float(np.median(errors) * 100),
+    }
 
 
 def fold_of(case: GoldenCase, folds: int) -> int:
@@ -106,13 +114,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         payload = {
             "coefficients": {name: getattr(coefficients, name) for name, *_ in PARAMETERS},
-            "fit": {"date": dt.date.today().isoformat(), "script": "benchmarks/fit_memory.py",
-                    "data": Path(args.data).name, "rows": in_sample["n"],
-                    "in_sample": in_sample, "grouped_5fold_cv": held_out,
-                    "target": "mem_max_allocated_bytes_first (last rank)"},
+            "fit": {
+                "date": dt.date.today().isoformat(),
+                "script": "benchmarks/fit_memory.py",
+                "data": Path(args.data).name,
+                "rows": in_sample["n"],
+                "in_sample": in_sample,
+                "grouped_5fold_cv": held_out,
+                "target": "mem_max_allocated_bytes_first (last rank)",
+            },
         }
-        OUTPUT.write_text("# Written by benchmarks/fit_memory.py --write; do not edit by hand.\n"
-                          + yaml.safe_dump(payload, sort_keys=False), encoding="utf-8")
+        OUTPUT.write_text(
+            "# Written by benchmarks/fit_memory.py --write; do not edit by hand.\n"
+            + yaml.safe_dump(payload, sort_keys=False),
+            encoding="utf-8",
+        )
         print(f"wrote {OUTPUT.relative_to(REPO)}")
     return 0
 

@@ -40,8 +40,9 @@ def facts_reference_errors() -> list[dict[str, object]]:
         spec = load_model(name)
         for seq_len, ref in zip((4096, 32768, 131072), values, strict=True):
             ours = flops_per_token(spec, seq_len).total / 1e9
-            out.append({"model": name, "seq_len": seq_len, "reference": ref, "lcmoe": ours,
-                        "err_pct": 100 * (ours / ref - 1)})
+            out.append(
+                {"model": name, "seq_len": seq_len, "reference": ref, "lcmoe": ours, "err_pct": 100 * (ours / ref - 1)}
+            )
     return out
 
 
@@ -63,8 +64,16 @@ def published_row_errors(rows: list[dict[str, str]]) -> tuple[list[dict[str, obj
         seq_len, tp = as_int(row.get("seq_len")), as_int(row.get("tp"))
         published = tflops * 1e12 / tokens
         ours = flops_per_token(spec, seq_len, tp=tp).total
-        compared.append({"row": label, "seq_len": seq_len, "tp": tp, "published_gflop_per_token": published / 1e9,
-                         "lcmoe_gflop_per_token": ours / 1e9, "err_pct": 100 * (ours / published - 1)})
+        compared.append(
+            {
+                "row": label,
+                "seq_len": seq_len,
+                "tp": tp,
+                "published_gflop_per_token": published / 1e9,
+                "lcmoe_gflop_per_token": ours / 1e9,
+                "err_pct": 100 * (ours / published - 1),
+            }
+        )
     return compared, skipped
 
 
@@ -78,18 +87,29 @@ def main(argv: list[str] | None = None) -> int:
     compared, skipped = published_row_errors(read_rows(args.data))
     print(f"{'row':70s} {'published':>10s} {'lcmoe':>10s} {'err%':>7s}")
     for item in compared:
-        print(f"{item['row']:70s} {item['published_gflop_per_token']:10.2f} {item['lcmoe_gflop_per_token']:10.2f} "
-              f"{item['err_pct']:+7.2f}")
+        print(
+            f"{item['row']:70s} {item['published_gflop_per_token']:10.2f} {item['lcmoe_gflop_per_token']:10.2f} "
+            f"{item['err_pct']:+7.2f}"
+        )
     worst_row = max((abs(float(c["err_pct"])) for c in compared), default=0.0)  # type: ignore[arg-type]
     worst_facts = max(abs(float(f["err_pct"])) for f in facts)  # type: ignore[arg-type]
     within = sum(abs(float(c["err_pct"])) <= 2.0 for c in compared)  # type: ignore[arg-type]
-    print(f"\nskipped {len(skipped)} rows: " + ", ".join(sorted({s['reason'] for s in skipped})))
+    print(f"\nskipped {len(skipped)} rows: " + ", ".join(sorted({s["reason"] for s in skipped})))
     print(f"published rows compared: {len(compared)}, within 2%: {within}, worst |err| {worst_row:.3f}%")
     print(f"facts §4.6 reference values: {len(facts)}, worst |err| {worst_facts:.4f}% (limit 0.5%)")
     if args.json_out:
-        write_json(args.json_out, {"n": len(compared), "within_2pct": within, "worst_abs_pct_err": worst_row,
-                                   "facts_worst_abs_pct_err": worst_facts, "rows": compared, "skipped": skipped,
-                                   "facts": facts})
+        write_json(
+            args.json_out,
+            {
+                "n": len(compared),
+                "within_2pct": within,
+                "worst_abs_pct_err": worst_row,
+                "facts_worst_abs_pct_err": worst_facts,
+                "rows": compared,
+                "skipped": skipped,
+                "facts": facts,
+            },
+        )
     return 0 if within == len(compared) and worst_facts <= 0.5 else 1
 
 

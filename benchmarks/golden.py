@@ -27,7 +27,8 @@ class GoldenCase:
 
 
 def row_label(row: dict[str, str]) -> str:
-    return f"{row['test_case'].split('/')[-1]} [{row.get('platform', '')}{'/2nd' if row.get('resume_second_run') == 'yes' else ''}]"
+    resumed = "/2nd" if row.get("resume_second_run") == "yes" else ""
+    return f"{row['test_case'].split('/')[-1]} [{row.get('platform', '')}{resumed}]"
 
 
 def build_case(row: dict[str, str]) -> GoldenCase | str:
@@ -56,6 +57,12 @@ def platform_hardware(row: dict[str, str]) -> HardwareSpec:
 def predict_last_rank(case: GoldenCase, coefficients: MemoryCoefficients) -> float:
     # A resumed run (``_2nd`` golden file) loads the optimizer moments before its first step.
     first_step = case.row.get("resume_second_run") != "yes"
-    estimate = estimate_memory(case.run.model, platform_hardware(case.row), case.run.layout, case.run.options,
-                               coefficients, first_step=first_step)
+    estimate = estimate_memory(
+        case.run.model,
+        platform_hardware(case.row),
+        case.run.layout,
+        case.run.options,
+        coefficients,
+        first_step=first_step,
+    )
     return estimate.stages[-1].peak_allocated

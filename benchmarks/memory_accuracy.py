@@ -42,9 +42,15 @@ def golden_errors(path: str) -> tuple[list[dict[str, object]], list[dict[str, st
             skipped.append({"row": row.get("test_case", "?"), "reason": case})
             continue
         predicted = predict_last_rank(case, coefficients)
-        rows.append({"row": case.name, "environment": row.get("environment", ""),
-                     "measured_gib": case.measured / 2**30, "predicted_gib": predicted / 2**30,
-                     "err_pct": 100 * (predicted / case.measured - 1)})
+        rows.append(
+            {
+                "row": case.name,
+                "environment": row.get("environment", ""),
+                "measured_gib": case.measured / 2**30,
+                "predicted_gib": predicted / 2**30,
+                "err_pct": 100 * (predicted / case.measured - 1),
+            }
+        )
     return rows, skipped
 
 
@@ -66,25 +72,43 @@ def main(argv: list[str] | None = None) -> int:
             print(f"cannot model: {s['row']}: {s['reason']}")
     median = statistics.median(errors) if errors else 0.0
     p90 = percentile(errors, 0.9)
-    print(f"\ngolden rows: n={len(rows)} median |err| {median:.2f}%  p90 |err| {p90:.2f}%  "
-          f"(cannot model {len(skipped)})")
+    print(
+        f"\ngolden rows: n={len(rows)} median |err| {median:.2f}%  p90 |err| {p90:.2f}%  (cannot model {len(skipped)})"
+    )
     by_environment: dict[str, dict[str, float]] = {}
     for env in sorted({str(r["environment"]) for r in rows}):
         subset = [abs(float(r["err_pct"])) for r in rows if r["environment"] == env]  # type: ignore[arg-type]
-        by_environment[env] = {"n": len(subset), "median_abs_pct_err": statistics.median(subset),
-                               "p90_abs_pct_err": percentile(subset, 0.9)}
-        print(f"  container '{env}': n={len(subset)} median {statistics.median(subset):.2f}%  "
-              f"p90 {percentile(subset, 0.9):.2f}%")
+        by_environment[env] = {
+            "n": len(subset),
+            "median_abs_pct_err": statistics.median(subset),
+            "p90_abs_pct_err": percentile(subset, 0.9),
+        }
+        print(
+            f"  container '{env}': n={len(subset)} median {statistics.median(subset):.2f}%  "
+            f"p90 {percentile(subset, 0.9):.2f}%"
+        )
 
     points = evaluate_points(args.points, verbose=not args.quiet) if Path(args.points).exists() else None
     agreement = points["fit_agreement"] if points else None
     if points:
-        print(f"memory_points: {points['n_modelled']} modelled, agreement {100 * points['fit_agreement']:.0f}% "
-              f"({points['n_cannot_model']} rows cannot be modelled)")
+        print(
+            f"memory_points: {points['n_modelled']} modelled, agreement {100 * points['fit_agreement']:.0f}% "
+            f"({points['n_cannot_model']} rows cannot be modelled)"
+        )
     if args.json_out:
-        write_json(args.json_out, {"n": len(rows), "median_abs_pct_err": median, "p90_abs_pct_err": p90,
-                                   "fit_agreement": agreement, "by_environment": by_environment, "rows": rows, "skipped": skipped,
-                                   "points": points})
+        write_json(
+            args.json_out,
+            {
+                "n": len(rows),
+                "median_abs_pct_err": median,
+                "p90_abs_pct_err": p90,
+                "fit_agreement": agreement,
+                "by_environment": by_environment,
+                "rows": rows,
+                "skipped": skipped,
+                "points": points,
+            },
+        )
     return 0
 
 

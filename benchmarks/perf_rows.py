@@ -103,8 +103,16 @@ def _run_for(row: dict[str, str], recipe: dict[str, str], spec: object) -> RunCo
     if layout_text in ("None", ""):
         layout_text = None
     layout = ParallelLayout(
-        tp=tp, pp=pp, cp=cp, vpp=vpp, dp=dp, ep=as_int(row.get("ep")), etp=as_int(recipe.get("etp")),
-        mbs=as_int(row.get("mbs")), gbs=as_int(row.get("gbs")), sequence_parallel=tp > 1,
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        vpp=vpp,
+        dp=dp,
+        ep=as_int(row.get("ep")),
+        etp=as_int(recipe.get("etp")),
+        mbs=as_int(row.get("mbs")),
+        gbs=as_int(row.get("gbs")),
+        sequence_parallel=tp > 1,
         pipeline_layout=resolve_pipeline_layout(spec, pp, vpp, layout_text),
     )
     options = TrainingOptions(
@@ -130,8 +138,11 @@ def long_context_cases(path: str) -> tuple[list[PerfCase], list[dict[str, str]]]
     for row in read_rows(path):
         label = f"{row['model']} {row['gpu']}x{row['num_gpus']} {row['seq_len']}"
         tflops = as_float(row.get("tflops_unrounded_draft")) or as_float(row.get("tflops_per_gpu"))
-        name = "deepseek-v3" if row["model"].startswith("DSV3") else (
-            "qwen3-235b-a22b" if row["model"].startswith("Qwen3 235B") else None)
+        name = (
+            "deepseek-v3"
+            if row["model"].startswith("DSV3")
+            else ("qwen3-235b-a22b" if row["model"].startswith("Qwen3 235B") else None)
+        )
         if name is None or not tflops:
             skipped.append({"row": label, "reason": "model not in catalog or no TFLOP/s"})
             continue
@@ -141,14 +152,20 @@ def long_context_cases(path: str) -> tuple[list[PerfCase], list[dict[str, str]]]
         if name == "deepseek-v3":
             tp, ep, pp, vpp = 1, 32, 8, 4
             precision, dispatcher = "fp8-blockwise", "deepep"
-            granularity, modules = "selective", frozenset({"mla_up_proj", "layernorm", "moe", "mlp"})
+            # The card documents this recompute set for the 128K/256K rows only.
+            granularity, modules = (
+                ("selective", frozenset({"mla_up_proj", "layernorm", "moe", "mlp"}))
+                if (seq >= 131072)
+                else ("none", frozenset())
+            )
             graphs: frozenset[str] = frozenset()
             offload = 1.0 if seq > 4096 else 0.0
         else:
             tp, ep, pp, vpp = (4, 32, 4, 12) if seq > 4096 else (1, 32, 8, 3)
             precision, dispatcher = "bf16", "hybridep"
-            granularity, modules = ("selective", frozenset({"moe_act", "layernorm"})) if seq > 4096 else (
-                "none", frozenset())
+            granularity, modules = (
+                ("selective", frozenset({"moe_act", "layernorm"})) if seq > 4096 else ("none", frozenset())
+            )
             graphs = frozenset({"attn", "moe_router", "moe_preprocess"}) if seq > 4096 else frozenset()
             offload = 0.0
         cp = as_int(row.get("cp"), 1)
@@ -157,12 +174,32 @@ def long_context_cases(path: str) -> tuple[list[PerfCase], list[dict[str, str]]]
             skipped.append({"row": label, "reason": "layout does not divide the GPU count"})
             continue
         dp = world // (tp * pp * cp)
-        layout = ParallelLayout(tp=tp, cp=cp, ep=ep, pp=pp, vpp=vpp, dp=dp, mbs=1, gbs=32 * dp,
-                                sequence_parallel=tp > 1,
-                                pipeline_layout=resolve_pipeline_layout(spec, pp, vpp, None))
-        options = TrainingOptions(seq_len=seq, precision=precision, recompute_granularity=granularity,  # type: ignore[arg-type]
-                                  recompute_modules=modules, dispatcher=dispatcher, cuda_graph_scope=graphs,
-                                  optimizer_offload_fraction=offload, main_grads_dtype="bf16", exp_avg_dtype="bf16")
-        cases.append(PerfCase(label, f"{name}/{row['gpu']}/long-context", name,
-                              RunConfig(spec, hardware, layout, options), tflops))
+        layout = ParallelLayout(
+            tp=tp,
+            cp=cp,
+            ep=ep,
+            pp=pp,
+            vpp=vpp,
+            dp=dp,
+            mbs=1,
+            gbs=32 * dp,
+            sequence_parallel=tp > 1,
+            pipeline_layout=resolve_pipeline_layout(spec, pp, vpp, None),
+        )
+        options = TrainingOptions(
+            seq_len=seq,
+            precision=precision,
+            recompute_granularity=granularity,  # type: ignore[arg-type]
+            recompute_modules=modules,
+            dispatcher=dispatcher,
+            cuda_graph_scope=graphs,
+            optimizer_offload_fraction=offload,
+            main_grads_dtype="bf16",
+            exp_avg_dtype="bf16",
+        )
+        cases.append(
+            PerfCase(
+                label, f"{name}/{row['gpu']}/long-context", name, RunConfig(spec, hardware, layout, options), tflops
+            )
+        )
     return cases, skipped

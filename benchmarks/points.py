@@ -18,12 +18,25 @@ from lcmoe.layout import ParallelLayout
 from lcmoe.workload import TrainingOptions
 
 LABEL_TO_CATALOG = {
-    "llama370b": "llama3-70b", "llama3170b": "llama3-70b", "llama31405b": "llama3.1-405b",
-    "qwen330ba3b": "qwen3-30b-a3b", "dsv3": "deepseek-v3", "deepseekv3": "deepseek-v3",
-    "gptoss120b": "gpt-oss-120b", "qwen3next80ba3b": "qwen3-next-80b-a3b", "qwen3235ba22b": "qwen3-235b-a22b",
+    "llama370b": "llama3-70b",
+    "llama3170b": "llama3-70b",
+    "llama31405b": "llama3.1-405b",
+    "qwen330ba3b": "qwen3-30b-a3b",
+    "dsv3": "deepseek-v3",
+    "deepseekv3": "deepseek-v3",
+    "gptoss120b": "gpt-oss-120b",
+    "qwen3next80ba3b": "qwen3-next-80b-a3b",
+    "qwen3235ba22b": "qwen3-235b-a22b",
 }
-PRECISION = {"bf16": "bf16", "fp8cs": "fp8-tensorwise", "fp8": "fp8-tensorwise", "fp8mx": "mxfp8",
-             "mxfp8": "mxfp8", "nvfp4": "nvfp4", "fp8blockwise": "fp8-blockwise"}
+PRECISION = {
+    "bf16": "bf16",
+    "fp8cs": "fp8-tensorwise",
+    "fp8": "fp8-tensorwise",
+    "fp8mx": "mxfp8",
+    "mxfp8": "mxfp8",
+    "nvfp4": "nvfp4",
+    "fp8blockwise": "fp8-blockwise",
+}
 
 
 def _key(text: str) -> str:
@@ -62,9 +75,18 @@ def point_config(row: dict[str, str]) -> tuple[Any, Any, ParallelLayout, Trainin
             scopes.add(scope)
     dispatcher = row.get("dispatcher", "").lower()
     try:
-        layout = ParallelLayout(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=_first_int(row.get("ep"), 1),
-                                etp=_first_int(row.get("etp"), 1), dp=dp, mbs=mbs, gbs=gbs,
-                                sequence_parallel=tp > 1)
+        layout = ParallelLayout(
+            tp=tp,
+            pp=pp,
+            vpp=vpp,
+            cp=cp,
+            ep=_first_int(row.get("ep"), 1),
+            etp=_first_int(row.get("etp"), 1),
+            dp=dp,
+            mbs=mbs,
+            gbs=gbs,
+            sequence_parallel=tp > 1,
+        )
         options = TrainingOptions(
             seq_len=_first_int(row.get("seq_len"), 4096),
             precision=PRECISION.get(_key(row.get("precision", "")), "bf16"),
@@ -97,14 +119,29 @@ def evaluate_points(path: str, *, verbose: bool = True) -> dict[str, Any]:
             cannot.append({"row": label, "reason": str(exc)})
             continue
         predicted = "fits" if estimate.fits() else "oom"
-        results.append({"row": label, "documented": row["outcome"], "predicted": predicted,
-                        "peak_reserved_gib": estimate.peak_reserved_bytes / 2**30,
-                        "capacity_gib": estimate.capacity_bytes / 2**30, "agree": predicted == row["outcome"]})
+        results.append(
+            {
+                "row": label,
+                "documented": row["outcome"],
+                "predicted": predicted,
+                "peak_reserved_gib": estimate.peak_reserved_bytes / 2**30,
+                "capacity_gib": estimate.capacity_bytes / 2**30,
+                "agree": predicted == row["outcome"],
+            }
+        )
     if verbose:
         for r in results:
             mark = "ok  " if r["agree"] else "MISS"
-            print(f"{mark} documented {r['documented']:4s} predicted {r['predicted']:4s} "
-                  f"{r['peak_reserved_gib']:7.1f}/{r['capacity_gib']:.0f} GiB  {r['row']}")
+            print(
+                f"{mark} documented {r['documented']:4s} predicted {r['predicted']:4s} "
+                f"{r['peak_reserved_gib']:7.1f}/{r['capacity_gib']:.0f} GiB  {r['row']}"
+            )
     agree = sum(bool(r["agree"]) for r in results)
-    return {"n_modelled": len(results), "n_agree": agree, "fit_agreement": agree / len(results) if results else 0.0,
-            "n_cannot_model": len(cannot), "results": results, "cannot_model": cannot}
+    return {
+        "n_modelled": len(results),
+        "n_agree": agree,
+        "fit_agreement": agree / len(results) if results else 0.0,
+        "n_cannot_model": len(cannot),
+        "results": results,
+        "cannot_model": cannot,
+    }

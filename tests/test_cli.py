@@ -34,9 +34,18 @@ def test_bad_sequence_length_exits_2() -> None:
 
 def test_model_may_be_an_hf_config(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({
-        "model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000,
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "intermediate_size": 128,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "vocab_size": 1000,
+            }
+        )
+    )
     code, out, _ = run_cli("flops", "--model", str(path), "--json")
     assert code == 0 and json.loads(out)["flops_per_token"] > 0

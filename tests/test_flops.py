@@ -32,8 +32,9 @@ def test_llama3_8b_by_hand() -> None:
     # core   6·L·q·s
     # logits 6·h·V
     h, ffn, layers, s, vocab = 4096, 14336, 32, 4096, 128256
-    expected = (6 * h * 3 * ffn * layers + 6 * layers * (h * (4096 + 2048) + 4096 * h)
-                + 6 * layers * 4096 * s + 6 * h * vocab)
+    expected = (
+        6 * h * 3 * ffn * layers + 6 * layers * (h * (4096 + 2048) + 4096 * h) + 6 * layers * 4096 * s + 6 * h * vocab
+    )
     assert flops_per_token(load_model("llama3-8b"), s).total == expected
 
 

@@ -13,8 +13,17 @@ from lcmoe.specs.hf import model_from_hf_config
 from lcmoe.specs.model import ModelSpec, parse_layer_pattern
 
 REQUIRED_MODELS = {
-    "deepseek-v3", "kimi-k2", "qwen3-235b-a22b", "qwen3-30b-a3b", "qwen3-next-80b-a3b", "gpt-oss-120b",
-    "gpt-oss-20b", "mixtral-8x22b", "deepseek-v2-lite", "llama3-70b", "llama3.1-405b",
+    "deepseek-v3",
+    "kimi-k2",
+    "qwen3-235b-a22b",
+    "qwen3-30b-a3b",
+    "qwen3-next-80b-a3b",
+    "gpt-oss-120b",
+    "gpt-oss-20b",
+    "mixtral-8x22b",
+    "deepseek-v2-lite",
+    "llama3-70b",
+    "llama3.1-405b",
 }
 
 
@@ -33,8 +42,15 @@ def test_every_catalog_model_cites_its_sources(name: str) -> None:
 @pytest.mark.parametrize("name", ["h100", "h200", "b200", "b300", "gb200", "gb300"])
 def test_every_hardware_value_has_a_source(name: str) -> None:
     hw = load_hardware(name)
-    for field in ("hbm_bytes", "peak_flops", "hbm_bandwidth", "nvlink_bandwidth", "scaleout_bandwidth",
-                  "host_link_bandwidth", "host_memory_bytes"):
+    for field in (
+        "hbm_bytes",
+        "peak_flops",
+        "hbm_bandwidth",
+        "nvlink_bandwidth",
+        "scaleout_bandwidth",
+        "host_link_bandwidth",
+        "host_memory_bytes",
+    ):
         assert hw.sources.get(field), f"{name}.{field} has no source"
 
 
@@ -98,13 +114,29 @@ def test_bad_user_yaml_is_one_sentence(tmp_path: Path) -> None:
 def _hf_config(spec: ModelSpec) -> dict[str, object]:
     """DeepSeek-V3's config.json, written from the catalog values."""
     return {
-        "model_type": "deepseek_v3", "num_hidden_layers": spec.num_layers, "hidden_size": spec.hidden_size,
-        "intermediate_size": spec.ffn_hidden_size, "num_attention_heads": spec.num_attention_heads,
-        "num_key_value_heads": 128, "vocab_size": spec.vocab_size, "q_lora_rank": 1536, "kv_lora_rank": 512,
-        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "n_routed_experts": 256,
-        "num_experts_per_tok": 8, "moe_intermediate_size": 2048, "n_shared_experts": 1, "first_k_dense_replace": 3,
-        "moe_layer_freq": 1, "n_group": 8, "topk_group": 4, "topk_method": "noaux_tc",
-        "num_nextn_predict_layers": 1, "tie_word_embeddings": False,
+        "model_type": "deepseek_v3",
+        "num_hidden_layers": spec.num_layers,
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.ffn_hidden_size,
+        "num_attention_heads": spec.num_attention_heads,
+        "num_key_value_heads": 128,
+        "vocab_size": spec.vocab_size,
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "n_routed_experts": 256,
+        "num_experts_per_tok": 8,
+        "moe_intermediate_size": 2048,
+        "n_shared_experts": 1,
+        "first_k_dense_replace": 3,
+        "moe_layer_freq": 1,
+        "n_group": 8,
+        "topk_group": 4,
+        "topk_method": "noaux_tc",
+        "num_nextn_predict_layers": 1,
+        "tie_word_embeddings": False,
     }
 
 
@@ -139,12 +171,28 @@ def test_hf_config_unsupported_type_is_named(tmp_path: Path) -> None:
 @pytest.mark.parametrize("model_type", ["qwen3_moe", "qwen3_next", "gpt_oss", "mixtral", "llama", "qwen3", "glm4_moe"])
 def test_hf_config_each_family_builds(tmp_path: Path, model_type: str) -> None:
     base: dict[str, object] = {
-        "model_type": model_type, "num_hidden_layers": 8, "hidden_size": 256, "intermediate_size": 512,
-        "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 1000,
-        "num_experts": 16, "num_local_experts": 16, "n_routed_experts": 16, "num_experts_per_tok": 2,
-        "moe_intermediate_size": 128, "shared_expert_intermediate_size": 128, "full_attention_interval": 4,
-        "linear_num_key_heads": 4, "linear_num_value_heads": 8, "linear_key_head_dim": 32,
-        "linear_value_head_dim": 32, "linear_conv_kernel_dim": 4, "sliding_window": 128, "n_shared_experts": 1,
+        "model_type": model_type,
+        "num_hidden_layers": 8,
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "vocab_size": 1000,
+        "num_experts": 16,
+        "num_local_experts": 16,
+        "n_routed_experts": 16,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 128,
+        "shared_expert_intermediate_size": 128,
+        "full_attention_interval": 4,
+        "linear_num_key_heads": 4,
+        "linear_num_value_heads": 8,
+        "linear_key_head_dim": 32,
+        "linear_value_head_dim": 32,
+        "linear_conv_kernel_dim": 4,
+        "sliding_window": 128,
+        "n_shared_experts": 1,
         "first_k_dense_replace": 1,
     }
     path = tmp_path / "config.json"

@@ -6,8 +6,17 @@ from lcmoe.units import format_tokens, parse_token_count
 
 @pytest.mark.parametrize(
     ("text", "tokens"),
-    [("4096", 4096), ("4k", 4096), ("4K", 4096), ("128K", 131072), ("131072", 131072), ("1e6", 1_000_000),
-     ("1M", 1048576), (" 32k ", 32768), (8192, 8192)],
+    [
+        ("4096", 4096),
+        ("4k", 4096),
+        ("4K", 4096),
+        ("128K", 131072),
+        ("131072", 131072),
+        ("1e6", 1_000_000),
+        ("1M", 1048576),
+        (" 32k ", 32768),
+        (8192, 8192),
+    ],
 )
 def test_parse_token_count_accepts_the_usual_spellings(text: str | int, tokens: int) -> None:
     assert parse_token_count(text) == tokens

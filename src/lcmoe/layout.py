@@ -58,8 +58,12 @@ class ParallelLayout:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise LcmoeError(name, value, "must be a positive whole number", f"set --{name} to 1 or more")
         if self.cp_comm_type not in ("p2p", "a2a", "a2a+p2p", "all_gather"):
-            raise LcmoeError("cp_comm_type", self.cp_comm_type, "must be p2p, a2a, a2a+p2p or all_gather",
-                             "use p2p unless you have a reason")
+            raise LcmoeError(
+                "cp_comm_type",
+                self.cp_comm_type,
+                "must be p2p, a2a, a2a+p2p or all_gather",
+                "use p2p unless you have a reason",
+            )
 
     @property
     def world_size(self) -> int:
@@ -79,9 +83,19 @@ class ParallelLayout:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "tp": self.tp, "cp": self.cp, "ep": self.ep, "etp": self.etp, "pp": self.pp, "vpp": self.vpp,
-            "dp": self.dp, "edp": self.edp, "mbs": self.mbs, "gbs": self.gbs, "ga": self.num_microbatches,
-            "cp_comm_type": self.cp_comm_type, "sequence_parallel": self.sequence_parallel,
+            "tp": self.tp,
+            "cp": self.cp,
+            "ep": self.ep,
+            "etp": self.etp,
+            "pp": self.pp,
+            "vpp": self.vpp,
+            "dp": self.dp,
+            "edp": self.edp,
+            "mbs": self.mbs,
+            "gbs": self.gbs,
+            "ga": self.num_microbatches,
+            "cp_comm_type": self.cp_comm_type,
+            "sequence_parallel": self.sequence_parallel,
             "pipeline_layout": self.pipeline_layout,
         }
 
@@ -142,8 +156,12 @@ def parse_pipeline_layout(text: str) -> list[list[str]]:
         while pos < len(part):
             match = _LAYOUT_TOKEN.match(part, pos)
             if not match or match.end() == pos:
-                raise LcmoeError("pipeline_layout", text, f"has an unknown token at {part[pos:]!r}",
-                                 "use E, t, m, L, |, (…)*n and x*n")
+                raise LcmoeError(
+                    "pipeline_layout",
+                    text,
+                    f"has an unknown token at {part[pos:]!r}",
+                    "use E, t, m, L, |, (…)*n and x*n",
+                )
             tokens.extend(match.group(1) * int(match.group(2) or 1))
             pos = match.end()
         stages.append(tokens)
@@ -162,20 +180,29 @@ def pipeline_stages(model: ModelSpec, layout: ParallelLayout) -> list[PipelineSt
     if layout.pipeline_layout:
         stage_tokens = parse_pipeline_layout(layout.pipeline_layout)
         if len(stage_tokens) != num_virtual:
-            raise LcmoeError("pipeline_layout", layout.pipeline_layout,
-                             f"has {len(stage_tokens)} stages but pp·vpp = {num_virtual}",
-                             "write one |-separated stage per virtual stage")
+            raise LcmoeError(
+                "pipeline_layout",
+                layout.pipeline_layout,
+                f"has {len(stage_tokens)} stages but pp·vpp = {num_virtual}",
+                "write one |-separated stage per virtual stage",
+            )
         chunks: list[ModelChunk] = []
         next_layer = 0
         for tokens in stage_tokens:
             count = tokens.count("t")
-            chunks.append(ModelChunk(tuple(range(next_layer, next_layer + count)), "E" in tokens, "L" in tokens,
-                                     tokens.count("m")))
+            chunks.append(
+                ModelChunk(
+                    tuple(range(next_layer, next_layer + count)), "E" in tokens, "L" in tokens, tokens.count("m")
+                )
+            )
             next_layer += count
         if next_layer != model.num_layers:
-            raise LcmoeError("pipeline_layout", layout.pipeline_layout,
-                             f"places {next_layer} transformer layers but the model has {model.num_layers}",
-                             "make the count of t equal num_layers")
+            raise LcmoeError(
+                "pipeline_layout",
+                layout.pipeline_layout,
+                f"places {next_layer} transformer layers but the model has {model.num_layers}",
+                "make the count of t equal num_layers",
+            )
     else:
         chunks = _even_chunks(model, layout, num_virtual)
     stages = []
@@ -192,9 +219,12 @@ def _even_chunks(model: ModelSpec, layout: ParallelLayout, num_virtual: int) -> 
         middle_stages = num_virtual - (first is not None) - (last is not None)
         rest = total - (first or 0) - (last or 0)
         if rest < 0 or (middle_stages and rest % middle_stages) or (not middle_stages and rest):
-            raise LcmoeError("decoder_first/last_pipeline_num_layers", (first, last),
-                             f"leave {rest} layers that do not split over {middle_stages} stages",
-                             "choose counts that leave an even split")
+            raise LcmoeError(
+                "decoder_first/last_pipeline_num_layers",
+                (first, last),
+                f"leave {rest} layers that do not split over {middle_stages} stages",
+                "choose counts that leave an even split",
+            )
         each = rest // middle_stages if middle_stages else 0
         counts = ([first] if first is not None else []) + [each] * middle_stages + ([last] if last is not None else [])
     else:
@@ -202,8 +232,12 @@ def _even_chunks(model: ModelSpec, layout: ParallelLayout, num_virtual: int) -> 
         extra_last = int(layout.account_for_loss_in_pipeline_split)
         padded = total + extra_first + extra_last
         if padded % num_virtual:
-            raise LcmoeError("pp·vpp", num_virtual, f"does not divide the {padded} layers to split",
-                             "use an explicit pipeline_layout or uneven first/last stages")
+            raise LcmoeError(
+                "pp·vpp",
+                num_virtual,
+                f"does not divide the {padded} layers to split",
+                "use an explicit pipeline_layout or uneven first/last stages",
+            )
         each = padded // num_virtual
         counts = [each] * num_virtual
         counts[0] -= extra_first
@@ -212,8 +246,9 @@ def _even_chunks(model: ModelSpec, layout: ParallelLayout, num_virtual: int) -> 
     start = 0
     for index, count in enumerate(counts):
         is_last = index == num_virtual - 1
-        chunks.append(ModelChunk(tuple(range(start, start + count)), index == 0, is_last,
-                                 model.mtp_num_layers if is_last else 0))
+        chunks.append(
+            ModelChunk(tuple(range(start, start + count)), index == 0, is_last, model.mtp_num_layers if is_last else 0)
+        )
         start += count
     return chunks
 

@@ -30,8 +30,12 @@ def derive_dp(num_gpus: int, *, tp: int, cp: int, pp: int) -> int:
     if num_gpus < 1:
         raise LcmoeError("--gpus", num_gpus, "must be at least 1", "e.g. --gpus 256")
     if num_gpus % model_parallel:
-        raise LcmoeError("--gpus", num_gpus, f"is not a multiple of TP·CP·PP = {tp}·{cp}·{pp} = {model_parallel}",
-                         f"use a multiple of {model_parallel} GPUs or change TP/CP/PP")
+        raise LcmoeError(
+            "--gpus",
+            num_gpus,
+            f"is not a multiple of TP·CP·PP = {tp}·{cp}·{pp} = {model_parallel}",
+            f"use a multiple of {model_parallel} GPUs or change TP/CP/PP",
+        )
     return num_gpus // model_parallel
 
 
@@ -43,8 +47,9 @@ def resolve_pipeline_layout(model: ModelSpec, pp: int, vpp: int, given: str | No
         return None
     layout = auto_pipeline_layout(model, pp, vpp)
     if layout is None:
-        raise LcmoeError("pp·vpp", pp * vpp, f"is too many stages for {model.num_layers} layers",
-                         "use fewer pipeline stages")
+        raise LcmoeError(
+            "pp·vpp", pp * vpp, f"is too many stages for {model.num_layers} layers", "use fewer pipeline stages"
+        )
     return layout
 
 
@@ -60,19 +65,26 @@ def parse_recompute(text: str) -> tuple[str, frozenset[str], str, int]:
         parts = value.split(":")
         method = parts[1] if len(parts) > 1 and parts[1] else "uniform"
         if method not in ("uniform", "block"):
-            raise LcmoeError("--recompute", text, "full recompute method must be uniform or block",
-                             "e.g. full:uniform:1")
+            raise LcmoeError(
+                "--recompute", text, "full recompute method must be uniform or block", "e.g. full:uniform:1"
+            )
         try:
             layers = int(parts[2]) if len(parts) > 2 else 1
         except ValueError:
-            raise LcmoeError("--recompute", text, "the layer count must be a whole number", "e.g. full:block:4") from None
+            raise LcmoeError(
+                "--recompute", text, "the layer count must be a whole number", "e.g. full:block:4"
+            ) from None
         return "full", frozenset(), method, max(layers, 1)
     aliases = {"up_proj": "mla_up_proj", "norm": "layernorm", "attn": "core_attn"}
     modules = frozenset(aliases.get(m.strip(), m.strip()) for m in value.split(",") if m.strip())
     unknown = modules - RECOMPUTE_MODULES
     if unknown:
-        raise LcmoeError("--recompute", text, f"{', '.join(sorted(unknown))} is not a recompute module",
-                         f"use none, full, or some of {', '.join(sorted(RECOMPUTE_MODULES))}")
+        raise LcmoeError(
+            "--recompute",
+            text,
+            f"{', '.join(sorted(unknown))} is not a recompute module",
+            f"use none, full, or some of {', '.join(sorted(RECOMPUTE_MODULES))}",
+        )
     return "selective", modules, "uniform", 1
 
 
@@ -82,5 +94,9 @@ def check_precision_supported(hardware: HardwareSpec, precision: str) -> None:
 
     core = tensor_core_precision(precision)
     if not hardware.supports(core):
-        raise LcmoeError("--precision", precision, f"{hardware.name} has no {core} tensor cores",
-                         f"use one of {', '.join(sorted(hardware.peak_flops))}")
+        raise LcmoeError(
+            "--precision",
+            precision,
+            f"{hardware.name} has no {core} tensor cores",
+            f"use one of {', '.join(sorted(hardware.peak_flops))}",
+        )

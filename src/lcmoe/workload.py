@@ -16,13 +16,9 @@ Precision = Literal["bf16", "fp16", "fp8-tensorwise", "fp8-delayed", "fp8-blockw
 PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8-tensorwise", "fp8-delayed", "fp8-blockwise", "mxfp8", "nvfp4")
 
 # Selective-recompute modules Megatron-Core accepts (transformer_config.py recompute_modules).
-RECOMPUTE_MODULES = frozenset(
-    {"core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts"}
-)
+RECOMPUTE_MODULES = frozenset({"core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts"})
 DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep")
-CUDA_GRAPH_SCOPES = frozenset(
-    {"attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration"}
-)
+CUDA_GRAPH_SCOPES = frozenset({"attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration"})
 
 
 def tensor_core_precision(precision: str) -> str:
@@ -76,22 +72,39 @@ class TrainingOptions:
         if self.precision not in PRECISIONS:
             raise LcmoeError("precision", self.precision, f"must be one of {', '.join(PRECISIONS)}", "e.g. bf16")
         if not 0.0 <= self.optimizer_offload_fraction <= 1.0:
-            raise LcmoeError("optimizer_offload_fraction", self.optimizer_offload_fraction,
-                             "must be between 0 and 1", "e.g. 0.5")
+            raise LcmoeError(
+                "optimizer_offload_fraction", self.optimizer_offload_fraction, "must be between 0 and 1", "e.g. 0.5"
+            )
         unknown = set(self.recompute_modules) - RECOMPUTE_MODULES
         if unknown:
-            raise LcmoeError("recompute_modules", ",".join(sorted(unknown)), "are not Megatron recompute modules",
-                             f"use {', '.join(sorted(RECOMPUTE_MODULES))}")
+            raise LcmoeError(
+                "recompute_modules",
+                ",".join(sorted(unknown)),
+                "are not Megatron recompute modules",
+                f"use {', '.join(sorted(RECOMPUTE_MODULES))}",
+            )
         if self.dispatcher not in DISPATCHERS:
-            raise LcmoeError("dispatcher", self.dispatcher, f"must be one of {', '.join(DISPATCHERS)}",
-                             "alltoall is the safe default")
+            raise LcmoeError(
+                "dispatcher",
+                self.dispatcher,
+                f"must be one of {', '.join(DISPATCHERS)}",
+                "alltoall is the safe default",
+            )
         bad_scopes = set(self.cuda_graph_scope) - CUDA_GRAPH_SCOPES
         if bad_scopes:
-            raise LcmoeError("cuda_graph_scope", ",".join(sorted(bad_scopes)), "are not CUDA-graph scopes",
-                             f"use {', '.join(sorted(CUDA_GRAPH_SCOPES))}")
+            raise LcmoeError(
+                "cuda_graph_scope",
+                ",".join(sorted(bad_scopes)),
+                "are not CUDA-graph scopes",
+                f"use {', '.join(sorted(CUDA_GRAPH_SCOPES))}",
+            )
         if self.moe_token_imbalance < 1.0:
-            raise LcmoeError("moe_token_imbalance", self.moe_token_imbalance, "must be ≥ 1 (1 = perfectly balanced)",
-                             "use 1.0 under forced balance")
+            raise LcmoeError(
+                "moe_token_imbalance",
+                self.moe_token_imbalance,
+                "must be ≥ 1 (1 = perfectly balanced)",
+                "use 1.0 under forced balance",
+            )
         if self.recompute_num_layers < 1:
             raise LcmoeError("recompute_num_layers", self.recompute_num_layers, "must be ≥ 1", "e.g. 1")
 

@@ -11,8 +11,10 @@ import sys
 import typer
 
 from lcmoe.cli.catalog_cmds import hardware, models
+from lcmoe.cli.check_cmd import check
 from lcmoe.cli.estimate_cmd import estimate
 from lcmoe.cli.flops_cmd import flops
+from lcmoe.cli.plan_cmd import plan, sweep
 
 app = typer.Typer(
     name="lcmoe",
@@ -25,6 +27,9 @@ app.command("models")(models)
 app.command("hardware")(hardware)
 app.command("flops")(flops)
 app.command("estimate")(estimate)
+app.command("plan")(plan)
+app.command("sweep")(sweep)
+app.command("check")(check)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -21,24 +21,27 @@ def models(json_output: bool = typer.Option(False, "--json", help="print JSON"))
         main = count_params(spec, include_mtp=False)
         with_mtp = count_params(spec, include_mtp=True)
         pub = spec.published
-        rows.append({
-            "name": name,
-            "family": spec.family,
-            "layers": spec.num_layers,
-            "hidden_size": spec.hidden_size,
-            "attention": "MLA" if spec.multi_latent_attention else (
-                "GQA+GDN" if spec.linear_attention_type else ("GQA+SWA" if spec.window_size else "GQA")),
-            "experts": spec.num_moe_experts or 0,
-            "topk": spec.moe_router_topk,
-            "mtp_layers": spec.mtp_num_layers,
-            "total_params": main.total,
-            "total_params_with_mtp": with_mtp.total,
-            "active_params": main.active,
-            "active_params_as_published": active_as_published(spec, main),
-            "published_total_billions": pub.total_billions if pub else None,
-            "published_active_billions": pub.active_billions if pub else None,
-            "published_source": pub.source if pub else None,
-        })
+        rows.append(
+            {
+                "name": name,
+                "family": spec.family,
+                "layers": spec.num_layers,
+                "hidden_size": spec.hidden_size,
+                "attention": "MLA"
+                if spec.multi_latent_attention
+                else ("GQA+GDN" if spec.linear_attention_type else ("GQA+SWA" if spec.window_size else "GQA")),
+                "experts": spec.num_moe_experts or 0,
+                "topk": spec.moe_router_topk,
+                "mtp_layers": spec.mtp_num_layers,
+                "total_params": main.total,
+                "total_params_with_mtp": with_mtp.total,
+                "active_params": main.active,
+                "active_params_as_published": active_as_published(spec, main),
+                "published_total_billions": pub.total_billions if pub else None,
+                "published_active_billions": pub.active_billions if pub else None,
+                "published_source": pub.source if pub else None,
+            }
+        )
     if json_output:
         print_json({"models": rows})
         return
@@ -52,8 +55,17 @@ def models(json_output: bool = typer.Option(False, "--json", help="print JSON"))
         pub_total = f"{r['published_total_billions']:g}" if r["published_total_billions"] else "–"
         pub_active = f"{r['published_active_billions']:g}" if r["published_active_billions"] else "–"
         experts = f"{r['experts']}/top{r['topk']}" if r["experts"] else "dense"
-        table.add_row(r["name"], r["attention"], str(r["layers"]), experts, str(r["mtp_layers"]), total, pub_total,
-                      f"{r['active_params_as_published'] / 1e9:.2f}", pub_active)
+        table.add_row(
+            r["name"],
+            r["attention"],
+            str(r["layers"]),
+            experts,
+            str(r["mtp_layers"]),
+            total,
+            pub_total,
+            f"{r['active_params_as_published'] / 1e9:.2f}",
+            pub_active,
+        )
     stdout.print(table)
 
 
@@ -66,17 +78,33 @@ def hardware(json_output: bool = typer.Option(False, "--json", help="print JSON"
         print_json({"hardware": [s.model_dump() for s in specs]})
         return
     table = Table(title="lcmoe hardware catalog (dense peaks; bandwidths one-way per GPU)")
-    for col in ("gpu", "HBM GiB", "BF16 TF", "FP8 TF", "NVFP4 TF", "HBM TB/s", "NVLink GB/s", "NVL domain",
-                "scale-out GB/s", "host link GB/s", "host GB/GPU"):
+    for col in (
+        "gpu",
+        "HBM GiB",
+        "BF16 TF",
+        "FP8 TF",
+        "NVFP4 TF",
+        "HBM TB/s",
+        "NVLink GB/s",
+        "NVL domain",
+        "scale-out GB/s",
+        "host link GB/s",
+        "host GB/GPU",
+    ):
         table.add_column(col, justify="left" if col == "gpu" else "right")
     for s in specs:
         peak = s.peak_flops
         table.add_row(
-            s.name, f"{s.hbm_bytes / 1024**3:.1f}", f"{peak['bf16'] / 1e12:.0f}",
+            s.name,
+            f"{s.hbm_bytes / 1024**3:.1f}",
+            f"{peak['bf16'] / 1e12:.0f}",
             f"{peak['fp8'] / 1e12:.0f}" if "fp8" in peak else "–",
             f"{peak['nvfp4'] / 1e12:.0f}" if "nvfp4" in peak else "–",
-            f"{s.hbm_bandwidth / 1e12:.2f}", f"{s.nvlink_bandwidth / 1e9:.0f}", str(s.nvlink_domain_size),
-            f"{s.scaleout_bandwidth / 1e9:.0f}", f"{s.host_link_bandwidth / 1e9:.0f} ({s.host_link_kind})",
+            f"{s.hbm_bandwidth / 1e12:.2f}",
+            f"{s.nvlink_bandwidth / 1e9:.0f}",
+            str(s.nvlink_domain_size),
+            f"{s.scaleout_bandwidth / 1e9:.0f}",
+            f"{s.host_link_bandwidth / 1e9:.0f} ({s.host_link_kind})",
             f"{s.host_memory_bytes / 1e9:.0f}",
         )
     stdout.print(table)

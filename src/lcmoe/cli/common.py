@@ -64,8 +64,12 @@ def resolve_model(name_or_path: str) -> ModelSpec:
     looks_like_path = name_or_path.endswith((".json", ".yaml", ".yml")) or "/" in name_or_path
     if looks_like_path:
         if not path.exists():
-            raise LcmoeError("--model", name_or_path, "is neither a catalog model nor an existing file",
-                             "run `lcmoe models` for the catalog")
+            raise LcmoeError(
+                "--model",
+                name_or_path,
+                "is neither a catalog model nor an existing file",
+                "run `lcmoe models` for the catalog",
+            )
         return load_model_file(path)
     return load_model(name_or_path)
 
@@ -87,8 +91,12 @@ def parse_overrides(pairs: list[str], *, option: str) -> dict[str, Any]:
 
 
 def resolve_hardware(
-    gpu: str, *, hardware_file: Path | None = None, overrides: list[str] | None = None,
-    scaleout_gbps: float | None = None, gpus_per_node: int | None = None,
+    gpu: str,
+    *,
+    hardware_file: Path | None = None,
+    overrides: list[str] | None = None,
+    scaleout_gbps: float | None = None,
+    gpus_per_node: int | None = None,
 ) -> HardwareSpec:
     """A catalog GPU or a user YAML, with single fields overridden from the command line."""
     from lcmoe.catalog import load_hardware, load_hardware_file

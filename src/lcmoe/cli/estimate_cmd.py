@@ -11,31 +11,57 @@ from rich.table import Table
 from lcmoe.cli import run_options as ro
 from lcmoe.cli.common import EXIT_FINDINGS, print_json, stdout
 
-COMPONENT_ORDER = ("weights", "gradients", "optimizer", "activations", "logits_loss", "transient", "workspace",
-                   "cuda_graphs", "fragmentation", "cuda_context", "nccl_buffers", "dispatcher_buffers")
+COMPONENT_ORDER = (
+    "weights",
+    "gradients",
+    "optimizer",
+    "activations",
+    "logits_loss",
+    "transient",
+    "workspace",
+    "cuda_graphs",
+    "fragmentation",
+    "cuda_context",
+    "nccl_buffers",
+    "dispatcher_buffers",
+)
 
 
 def estimate(
-    model: str = ro.MODEL, gpu: str = ro.GPU, gpus: int = ro.GPUS, seq_len: str = ro.SEQ,
-    tp: int = typer.Option(1, "--tp", min=1), cp: int = typer.Option(1, "--cp", min=1),
-    ep: int = typer.Option(1, "--ep", min=1), etp: int = typer.Option(1, "--etp", min=1),
-    pp: int = typer.Option(1, "--pp", min=1), vpp: int = typer.Option(1, "--vpp", min=1),
-    mbs: int = typer.Option(1, "--mbs", min=1), gbs: int = typer.Option(None, "--gbs", min=1, help="default MBS·DP·4·PP (GA = 4·PP)"),
-    recompute: str = typer.Option("none", "--recompute", help="none | full[:uniform|block[:N]] | modules, e.g. "
-                                  "mla_up_proj,layernorm,moe_act"),
+    model: str = ro.MODEL,
+    gpu: str = ro.GPU,
+    gpus: int = ro.GPUS,
+    seq_len: str = ro.SEQ,
+    tp: int = typer.Option(1, "--tp", min=1),
+    cp: int = typer.Option(1, "--cp", min=1),
+    ep: int = typer.Option(1, "--ep", min=1),
+    etp: int = typer.Option(1, "--etp", min=1),
+    pp: int = typer.Option(1, "--pp", min=1),
+    vpp: int = typer.Option(1, "--vpp", min=1),
+    mbs: int = typer.Option(1, "--mbs", min=1),
+    gbs: int = typer.Option(None, "--gbs", min=1, help="default MBS·DP·4·PP (GA = 4·PP)"),
+    recompute: str = typer.Option(
+        "none", "--recompute", help="none | full[:uniform|block[:N]] | modules, e.g. mla_up_proj,layernorm,moe_act"
+    ),
     precision: str = typer.Option("bf16", "--precision", help="bf16 | fp8-tensorwise | fp8-blockwise | mxfp8 | nvfp4"),
-    optimizer_offload: float = typer.Option(0.0, "--optimizer-offload", min=0.0, max=1.0,
-                                            help="fraction of optimizer state on the host"),
+    optimizer_offload: float = typer.Option(
+        0.0, "--optimizer-offload", min=0.0, max=1.0, help="fraction of optimizer state on the host"
+    ),
     dispatcher: str = typer.Option("alltoall", "--dispatcher", help="alltoall | allgather | deepep | hybridep"),
     cuda_graph: str = typer.Option("none", "--cuda-graph", help="none | scopes, e.g. attn,moe_router,moe_preprocess"),
     cp_comm_type: str = typer.Option("p2p", "--cp-comm-type", help="p2p | a2a | a2a+p2p | all_gather"),
     pipeline_layout: str = typer.Option(None, "--pipeline-layout", help="Megatron layout string, e.g. Et*3|t*4|…|mL"),
     sequence_parallel: bool = typer.Option(None, "--sequence-parallel/--no-sequence-parallel"),
-    precision_aware_optimizer: bool = typer.Option(False, "--precision-aware-optimizer",
-                                                   help="BF16 main grads and Adam moments"),
-    moe_imbalance: float = typer.Option(1.0, "--moe-imbalance", min=1.0, help="tokens on the busiest expert rank / mean"),
+    precision_aware_optimizer: bool = typer.Option(
+        False, "--precision-aware-optimizer", help="BF16 main grads and Adam moments"
+    ),
+    moe_imbalance: float = typer.Option(
+        1.0, "--moe-imbalance", min=1.0, help="tokens on the busiest expert rank / mean"
+    ),
     expandable_segments: bool = typer.Option(True, "--expandable-segments/--no-expandable-segments"),
-    hardware_file: Path = ro.HW_FILE, hw: list[str] = ro.HW_SET, scaleout_gbps: float = ro.SCALEOUT,
+    hardware_file: Path = ro.HW_FILE,
+    hw: list[str] = ro.HW_SET,
+    scaleout_gbps: float = ro.SCALEOUT,
     gpus_per_node: int = ro.PER_NODE,
     json_output: bool = typer.Option(False, "--json", help="print JSON"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="verdict line only"),
@@ -44,12 +70,33 @@ def estimate(
     from lcmoe.estimate.report import estimate_run
 
     run = ro.build_run(
-        model=model, gpu=gpu, gpus=gpus, seq_len=seq_len, tp=tp, cp=cp, ep=ep, etp=etp, pp=pp, vpp=vpp, mbs=mbs,
-        gbs=gbs, recompute=recompute, precision=precision, optimizer_offload=optimizer_offload,
-        dispatcher=dispatcher, cuda_graph=cuda_graph, cp_comm_type=cp_comm_type, pipeline_layout=pipeline_layout,
-        sequence_parallel=sequence_parallel, precision_aware_optimizer=precision_aware_optimizer,
-        moe_imbalance=moe_imbalance, expandable_segments=expandable_segments, hardware_file=hardware_file, hw=hw,
-        scaleout_gbps=scaleout_gbps, gpus_per_node=gpus_per_node,
+        model=model,
+        gpu=gpu,
+        gpus=gpus,
+        seq_len=seq_len,
+        tp=tp,
+        cp=cp,
+        ep=ep,
+        etp=etp,
+        pp=pp,
+        vpp=vpp,
+        mbs=mbs,
+        gbs=gbs,
+        recompute=recompute,
+        precision=precision,
+        optimizer_offload=optimizer_offload,
+        dispatcher=dispatcher,
+        cuda_graph=cuda_graph,
+        cp_comm_type=cp_comm_type,
+        pipeline_layout=pipeline_layout,
+        sequence_parallel=sequence_parallel,
+        precision_aware_optimizer=precision_aware_optimizer,
+        moe_imbalance=moe_imbalance,
+        expandable_segments=expandable_segments,
+        hardware_file=hardware_file,
+        hw=hw,
+        scaleout_gbps=scaleout_gbps,
+        gpus_per_node=gpus_per_node,
     )
     result = estimate_run(run)
     if json_output:
@@ -72,16 +119,19 @@ def render_estimate(result: dict[str, Any], *, quiet: bool = False) -> None:
         return
     inputs = result["inputs"]
     layout = result["layout"]
-    stdout.print(f"[bold]{inputs['model']}[/] on {inputs['num_gpus']} × {inputs['gpu']}, seq {inputs['seq_len']}, "
-                 f"TP{layout['tp']} CP{layout['cp']} EP{layout['ep']} ETP{layout['etp']} PP{layout['pp']} "
-                 f"VPP{layout['vpp']} DP{layout['dp']} EDP{layout['edp']} MBS{layout['mbs']} GBS{layout['gbs']} "
-                 f"(GA {layout['ga']}), {inputs['precision']}, recompute {inputs['recompute']}")
+    stdout.print(
+        f"[bold]{inputs['model']}[/] on {inputs['num_gpus']} × {inputs['gpu']}, seq {inputs['seq_len']}, "
+        f"TP{layout['tp']} CP{layout['cp']} EP{layout['ep']} ETP{layout['etp']} PP{layout['pp']} "
+        f"VPP{layout['vpp']} DP{layout['dp']} EDP{layout['edp']} MBS{layout['mbs']} GBS{layout['gbs']} "
+        f"(GA {layout['ga']}), {inputs['precision']}, recompute {inputs['recompute']}"
+    )
     table = Table(title="per-GPU memory by pipeline stage (GiB; worst GPU of each stage)")
     table.add_column("component")
     stages = memory["stages"]
     for stage in stages:
-        table.add_column(f"stage {stage['stage']} ({stage['layers']}L, {stage['inflight_microbatches']} in flight)",
-                         justify="right")
+        table.add_column(
+            f"stage {stage['stage']} ({stage['layers']}L, {stage['inflight_microbatches']} in flight)", justify="right"
+        )
     for name in COMPONENT_ORDER:
         values = [stage["components"].get(name, 0.0) for stage in stages]
         if any(values):
@@ -101,10 +151,14 @@ def verdict_line(memory: dict[str, Any]) -> str:
     capacity = memory["capacity_bytes"]
     peak = memory["peak_reserved_bytes"]
     if memory["fits"]:
-        return (f"[green]fits[/]: worst stage {memory['worst_stage']} peaks at {_gib(peak)} GiB of {_gib(capacity)} GiB "
-                f"({_gib(capacity - peak)} GiB headroom)")
-    return (f"[red]OOM[/] at stage {memory['worst_stage']} by {_gib(peak - capacity)} GiB "
-            f"({_gib(peak)} GiB needed, {_gib(capacity)} GiB on the GPU)")
+        return (
+            f"[green]fits[/]: worst stage {memory['worst_stage']} peaks at {_gib(peak)} GiB of {_gib(capacity)} GiB "
+            f"({_gib(capacity - peak)} GiB headroom)"
+        )
+    return (
+        f"[red]OOM[/] at stage {memory['worst_stage']} by {_gib(peak - capacity)} GiB "
+        f"({_gib(peak)} GiB needed, {_gib(capacity)} GiB on the GPU)"
+    )
 
 
 def render_time(time: dict[str, Any]) -> None:
@@ -118,5 +172,7 @@ def render_time(time: dict[str, Any]) -> None:
             table.add_row(name, f"{value:.3f}", f"{100 * value / step:.1f}%")
     table.add_row("[bold]step[/]", f"[bold]{step:.3f}[/]", "100%")
     stdout.print(table)
-    stdout.print(f"tokens/s/GPU {time['tokens_per_sec_per_gpu']:.0f}   model TFLOP/s/GPU "
-                 f"{time['model_tflops_per_gpu']:.0f}   MFU {100 * time['mfu']:.1f}% (of dense BF16 peak)")
+    stdout.print(
+        f"tokens/s/GPU {time['tokens_per_sec_per_gpu']:.0f}   model TFLOP/s/GPU "
+        f"{time['model_tflops_per_gpu']:.0f}   MFU {100 * time['mfu']:.1f}% (of dense BF16 peak)"
+    )

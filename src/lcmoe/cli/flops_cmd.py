@@ -24,12 +24,19 @@ def flops(
     breakdown = flops_per_token(spec, tokens, tp=tp)
     total = breakdown.total
     if json_output:
-        print_json({
-            "model": spec.name, "seq_len": tokens, "tp": tp, "global_batch_size": gbs,
-            "flops_per_token": total, "flops_per_step": total * tokens * gbs,
-            "padded_vocab_size": spec.padded_vocab_size(tp), "breakdown": breakdown.as_dict(),
-            "source": "megatron/bridge/training/utils/flop_utils.py:947-1571",
-        })
+        print_json(
+            {
+                "model": spec.name,
+                "seq_len": tokens,
+                "tp": tp,
+                "global_batch_size": gbs,
+                "flops_per_token": total,
+                "flops_per_step": total * tokens * gbs,
+                "padded_vocab_size": spec.padded_vocab_size(tp),
+                "breakdown": breakdown.as_dict(),
+                "source": "megatron/bridge/training/utils/flop_utils.py:947-1571",
+            }
+        )
         return
     table = Table(title=f"{spec.name} @ {format_tokens(tokens)} tokens, TP={tp}: model FLOPs per token (fwd+bwd)")
     table.add_column("term")

@@ -20,11 +20,34 @@ PER_NODE = typer.Option(None, "--gpus-per-node", help="GPUs per node")
 
 
 def build_run(
-    *, model: str, gpu: str, gpus: int, seq_len: str, tp: int, cp: int, ep: int, etp: int | None, pp: int,
-    vpp: int, mbs: int, gbs: int | None, recompute: str, precision: str, optimizer_offload: float,
-    dispatcher: str, cuda_graph: str, cp_comm_type: str, pipeline_layout: str | None, sequence_parallel: bool | None,
-    precision_aware_optimizer: bool, moe_imbalance: float, expandable_segments: bool,
-    hardware_file: Path | None, hw: list[str], scaleout_gbps: float | None, gpus_per_node: int | None,
+    *,
+    model: str,
+    gpu: str,
+    gpus: int,
+    seq_len: str,
+    tp: int,
+    cp: int,
+    ep: int,
+    etp: int | None,
+    pp: int,
+    vpp: int,
+    mbs: int,
+    gbs: int | None,
+    recompute: str,
+    precision: str,
+    optimizer_offload: float,
+    dispatcher: str,
+    cuda_graph: str,
+    cp_comm_type: str,
+    pipeline_layout: str | None,
+    sequence_parallel: bool | None,
+    precision_aware_optimizer: bool,
+    moe_imbalance: float,
+    expandable_segments: bool,
+    hardware_file: Path | None,
+    hw: list[str],
+    scaleout_gbps: float | None,
+    gpus_per_node: int | None,
 ) -> RunConfig:
     from lcmoe.layout import ParallelLayout
     from lcmoe.run import check_precision_supported, derive_dp, parse_recompute, resolve_pipeline_layout
@@ -32,25 +55,41 @@ def build_run(
     from lcmoe.workload import TrainingOptions
 
     spec = resolve_model(model)
-    hardware = resolve_hardware(gpu, hardware_file=hardware_file, overrides=hw, scaleout_gbps=scaleout_gbps,
-                                gpus_per_node=gpus_per_node)
+    hardware = resolve_hardware(
+        gpu, hardware_file=hardware_file, overrides=hw, scaleout_gbps=scaleout_gbps, gpus_per_node=gpus_per_node
+    )
     tokens = parse_token_count(seq_len)
     check_precision_supported(hardware, precision)
     dp = derive_dp(gpus, tp=tp, cp=cp, pp=pp)
     granularity, modules, method, num_layers = parse_recompute(recompute)
     scopes = frozenset(s.strip() for s in cuda_graph.split(",") if s.strip() and s.strip() != "none")
     layout = ParallelLayout(
-        tp=tp, cp=cp, ep=ep, etp=etp if etp is not None else 1, pp=pp, vpp=vpp, dp=dp, mbs=mbs,
+        tp=tp,
+        cp=cp,
+        ep=ep,
+        etp=etp if etp is not None else 1,
+        pp=pp,
+        vpp=vpp,
+        dp=dp,
+        mbs=mbs,
         gbs=gbs if gbs is not None else mbs * dp * 4 * pp,
         sequence_parallel=tp > 1 if sequence_parallel is None else sequence_parallel,
-        cp_comm_type=cp_comm_type, pipeline_layout=resolve_pipeline_layout(spec, pp, vpp, pipeline_layout),
+        cp_comm_type=cp_comm_type,
+        pipeline_layout=resolve_pipeline_layout(spec, pp, vpp, pipeline_layout),
     )
     options = TrainingOptions(
-        seq_len=tokens, precision=precision, recompute_granularity=granularity,  # type: ignore[arg-type]
-        recompute_modules=modules, recompute_method=method, recompute_num_layers=num_layers,  # type: ignore[arg-type]
-        optimizer_offload_fraction=optimizer_offload, dispatcher=dispatcher, cuda_graph_scope=scopes,
+        seq_len=tokens,
+        precision=precision,
+        recompute_granularity=granularity,  # type: ignore[arg-type]
+        recompute_modules=modules,
+        recompute_method=method,
+        recompute_num_layers=num_layers,  # type: ignore[arg-type]
+        optimizer_offload_fraction=optimizer_offload,
+        dispatcher=dispatcher,
+        cuda_graph_scope=scopes,
         main_grads_dtype="bf16" if precision_aware_optimizer else "fp32",
         exp_avg_dtype="bf16" if precision_aware_optimizer else "fp32",
-        moe_token_imbalance=moe_imbalance, expandable_segments=expandable_segments,
+        moe_token_imbalance=moe_imbalance,
+        expandable_segments=expandable_segments,
     )
     return RunConfig(spec, hardware, layout, options)

@@ -17,8 +17,13 @@ from lcmoe.specs.model import ModelSpec, model_from_dict
 from lcmoe.workload import TrainingOptions
 
 # Flags that take a list of values (nargs='+').
-_LIST_FLAGS = {"recompute-modules", "offload-modules", "cuda-graph-modules", "hierarchical-context-parallel-sizes",
-               "cuda-graph-scope"}
+_LIST_FLAGS = {
+    "recompute-modules",
+    "offload-modules",
+    "cuda-graph-modules",
+    "hierarchical-context-parallel-sizes",
+    "cuda-graph-scope",
+}
 GPT2_BPE_VOCAB = 50257
 
 
@@ -94,11 +99,19 @@ def _float(args: dict[str, Any], key: str, default: float) -> float:
 
 def model_from_args(args: dict[str, Any], *, vocab_size: int | None = None, name: str = "megatron-args") -> ModelSpec:
     if args.get("hybrid-layer-pattern") or args.get("mamba-num-heads"):
-        raise UnsupportedConfig("--hybrid-layer-pattern", args.get("hybrid-layer-pattern"),
-                                "Mamba hybrid models are not modelled by lcmoe yet", "use a transformer model")
+        raise UnsupportedConfig(
+            "--hybrid-layer-pattern",
+            args.get("hybrid-layer-pattern"),
+            "Mamba hybrid models are not modelled by lcmoe yet",
+            "use a transformer model",
+        )
     if args.get("moe-latent-size"):
-        raise UnsupportedConfig("--moe-latent-size", args.get("moe-latent-size"),
-                                "latent MoE is not modelled by lcmoe yet", "drop the flag to estimate without it")
+        raise UnsupportedConfig(
+            "--moe-latent-size",
+            args.get("moe-latent-size"),
+            "latent MoE is not modelled by lcmoe yet",
+            "drop the flag to estimate without it",
+        )
     hidden = _req(args, "hidden-size")
     heads = _req(args, "num-attention-heads")
     swiglu = bool(args.get("swiglu"))
@@ -128,13 +141,18 @@ def model_from_args(args: dict[str, Any], *, vocab_size: int | None = None, name
     }
     if mla:
         data.update(
-            q_lora_rank=_int(args, "q-lora-rank"), kv_lora_rank=_int(args, "kv-lora-rank", 512),
-            qk_head_dim=_int(args, "qk-head-dim", 128), qk_pos_emb_head_dim=_int(args, "qk-pos-emb-head-dim", 64),
-            v_head_dim=_int(args, "v-head-dim", 128), kv_channels=None, num_query_groups=None,
+            q_lora_rank=_int(args, "q-lora-rank"),
+            kv_lora_rank=_int(args, "kv-lora-rank", 512),
+            qk_head_dim=_int(args, "qk-head-dim", 128),
+            qk_pos_emb_head_dim=_int(args, "qk-pos-emb-head-dim", 64),
+            v_head_dim=_int(args, "v-head-dim", 128),
+            kv_channels=None,
+            num_query_groups=None,
         )
     if num_experts:
         data.update(
-            num_moe_experts=num_experts, moe_router_topk=_int(args, "moe-router-topk", 2),
+            num_moe_experts=num_experts,
+            moe_router_topk=_int(args, "moe-router-topk", 2),
             moe_ffn_hidden_size=_int(args, "moe-ffn-hidden-size"),
             moe_shared_expert_intermediate_size=_int(args, "moe-shared-expert-intermediate-size"),
             moe_layer_freq=str(freq_raw) if not isinstance(freq_raw, int) else freq_raw,
@@ -149,21 +167,30 @@ def layout_from_args(args: dict[str, Any], *, world_size: int, num_layers: int) 
     cp = _int(args, "context-parallel-size", 1) or 1
     model_parallel = tp * pp * cp
     if world_size % model_parallel:
-        raise LcmoeError("world_size", world_size, f"is not a multiple of TP·PP·CP = {model_parallel}",
-                         "use a world size that the layout divides")
+        raise LcmoeError(
+            "world_size",
+            world_size,
+            f"is not a multiple of TP·PP·CP = {model_parallel}",
+            "use a world size that the layout divides",
+        )
     vpp = _int(args, "virtual-pipeline-model-parallel-size") or _int(args, "num-virtual-stages-per-pipeline-rank")
     per_virtual = _int(args, "num-layers-per-virtual-pipeline-stage")
     layout_str = args.get("pipeline-model-parallel-layout")
     if vpp is None and per_virtual:
         extra = int(bool(args.get("account-for-embedding-in-pipeline-split"))) + int(
-            bool(args.get("account-for-loss-in-pipeline-split")))
+            bool(args.get("account-for-loss-in-pipeline-split"))
+        )
         vpp = (num_layers + extra) // pp // per_virtual
     if vpp is None and isinstance(layout_str, str):
         from lcmoe.layout import parse_pipeline_layout
 
         vpp = max(len(parse_pipeline_layout(layout_str)) // pp, 1)
     return ParallelLayout(
-        tp=tp, cp=cp, pp=pp, vpp=vpp or 1, dp=world_size // model_parallel,
+        tp=tp,
+        cp=cp,
+        pp=pp,
+        vpp=vpp or 1,
+        dp=world_size // model_parallel,
         ep=_int(args, "expert-model-parallel-size", 1) or 1,
         etp=_int(args, "expert-tensor-parallel-size", tp) or tp,
         mbs=_int(args, "micro-batch-size", 1) or 1,
@@ -181,8 +208,12 @@ def layout_from_args(args: dict[str, Any], *, world_size: int, num_layers: int) 
 def _precision(args: dict[str, Any]) -> str:
     fmt, recipe = args.get("fp8-format"), args.get("fp8-recipe")
     if fmt or recipe:
-        return {"tensorwise": "fp8-tensorwise", "blockwise": "fp8-blockwise", "mxfp8": "mxfp8",
-                "delayed": "fp8-delayed"}.get(str(recipe or "delayed"), "fp8-delayed")
+        return {
+            "tensorwise": "fp8-tensorwise",
+            "blockwise": "fp8-blockwise",
+            "mxfp8": "mxfp8",
+            "delayed": "fp8-delayed",
+        }.get(str(recipe or "delayed"), "fp8-delayed")
     return "fp16" if args.get("fp16") else "bf16"
 
 
@@ -196,30 +227,45 @@ def _dispatcher(args: dict[str, Any]) -> str:
 def options_from_args(args: dict[str, Any]) -> TrainingOptions:
     granularity = str(args.get("recompute-granularity", "none"))
     modules = args.get("recompute-modules") or (["core_attn"] if granularity == "selective" else [])
-    offload = args.get("offload-modules") or []
     graph_modules = args.get("cuda-graph-modules") or args.get("cuda-graph-scope") or []
     graphs = frozenset(graph_modules) if args.get("cuda-graph-impl") not in (None, "none") else frozenset()
     if args.get("cuda-graph-impl") == "local" and not graphs:
         graphs = frozenset({"full_iteration"})
-    main_grads: Literal["fp32", "bf16"] = "bf16" if args.get("grad-reduce-in-bf16") or args.get("megatron-fsdp-main-grads-dtype") in (
-        "bf16", "auto") else "fp32"
+    aware = bool(args.get("use-precision-aware-optimizer"))
+    main_grads: Literal["fp32", "bf16"] = (
+        "bf16"
+        if (
+            args.get("grad-reduce-in-bf16")
+            or args.get("megatron-fsdp-main-grads-dtype") in ("bf16", "auto")
+            or (aware and args.get("main-grads-dtype") == "bf16")
+        )
+        else "fp32"
+    )
+    exp_avg: Literal["fp32", "bf16", "fp8"] = "fp32"
+    if aware and args.get("exp-avg-dtype") in ("bf16", "fp8"):
+        exp_avg = "bf16" if args.get("exp-avg-dtype") == "bf16" else "fp8"
+    offload = _float(args, "optimizer-offload-fraction", 1.0) if args.get("optimizer-cpu-offload") else 0.0
     backend = str(args.get("attention-backend", "auto"))
     return TrainingOptions(
         seq_len=_int(args, "seq-length", 4096) or 4096,
         precision=_precision(args),
         fp8_param_gather=bool(args.get("fp8-param-gather")),
-        optimizer="muon" if "muon" in str(args.get("optimizer", "adam")) else (
-            "sgd" if args.get("optimizer") == "sgd" else "adam"),
+        optimizer="muon"
+        if "muon" in str(args.get("optimizer", "adam"))
+        else ("sgd" if args.get("optimizer") == "sgd" else "adam"),
         distributed_optimizer=bool(args.get("use-distributed-optimizer")),
         num_distributed_optimizer_instances=_int(args, "num-distributed-optimizer-instances", 1) or 1,
         megatron_fsdp=bool(args.get("use-megatron-fsdp")),
         main_grads_dtype=main_grads,
-        exp_avg_dtype="fp32",
+        exp_avg_dtype=exp_avg,
+        optimizer_offload_fraction=offload,
         recompute_granularity=granularity if granularity in ("selective", "full") else "none",  # type: ignore[arg-type]
         recompute_modules=frozenset(modules),
         recompute_method="block" if args.get("recompute-method") == "block" else "uniform",
         recompute_num_layers=_int(args, "recompute-num-layers", 1) or 1,
-        activation_offload_modules=frozenset(offload) if args.get("fine-grained-activation-offloading") else frozenset(),
+        activation_offload_modules=frozenset(args.get("offload-modules") or [])
+        if args.get("fine-grained-activation-offloading")
+        else frozenset(),
         attention_backend=backend if backend in ("flash", "fused", "unfused") else "auto",  # type: ignore[arg-type]
         hidden_dropout=_float(args, "hidden-dropout", 0.1),
         attention_dropout=_float(args, "attention-dropout", 0.1),

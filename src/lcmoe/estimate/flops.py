@@ -36,8 +36,14 @@ class FlopsBreakdown:
     @property
     def total(self) -> float:
         return (
-            self.dense_mlp + self.routed_experts + self.shared_experts + self.attention_projections
-            + self.attention_core + self.linear_attention + self.mtp_projection + self.logits
+            self.dense_mlp
+            + self.routed_experts
+            + self.shared_experts
+            + self.attention_projections
+            + self.attention_core
+            + self.linear_attention
+            + self.mtp_projection
+            + self.logits
         )
 
     def as_dict(self) -> dict[str, float]:

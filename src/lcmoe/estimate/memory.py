@@ -88,10 +88,14 @@ def stage_params_per_gpu(model: ModelSpec, layout: ParallelLayout, stage: Pipeli
     (theoretical_memory_utils.py:546-612, per stage rather than first-stage only)."""
     dense = 0.0
     expert = 0.0
+    by_signature: dict[tuple[bool, AttentionKind], tuple[int, int]] = {}
     for layer in stage.decoder_layers:
-        lp = layer_params(model, layer)
-        dense += lp.dense
-        expert += lp.routed_experts
+        key = (model.is_moe_layer(layer), attention_kind(model, layer))
+        if key not in by_signature:
+            lp = layer_params(model, layer)
+            by_signature[key] = (lp.dense, lp.routed_experts)
+        dense += by_signature[key][0]
+        expert += by_signature[key][1]
     if stage.mtp_layers:
         last = layer_params(model, model.num_layers - 1)
         dense += stage.mtp_layers * (last.dense + mtp_extra_params(model))
@@ -172,8 +176,13 @@ def model_state_bytes(params: StageParams, layout: ParallelLayout, options: Trai
         weights, grads = params.total * w, params.total * g
     on_gpu = 1.0 - options.optimizer_offload_fraction
     master_share = 4.0 / o
-    return ModelState(weights, grads, optimizer * master_share * on_gpu, optimizer * (1 - master_share) * on_gpu,
-                      optimizer * options.optimizer_offload_fraction)
+    return ModelState(
+        weights,
+        grads,
+        optimizer * master_share * on_gpu,
+        optimizer * (1 - master_share) * on_gpu,
+        optimizer * options.optimizer_offload_fraction,
+    )
 
 
 # ----- activations ----------------------------------------------------------------------------
@@ -220,8 +229,9 @@ def dropout_mask_bytes(shape: TokenShape, h: int, probability: float) -> float:
     return shape.tokens * h / shape.sp if probability > 0 else 0.0
 
 
-def core_attention_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions, q_dim: int,
-                         v_dim: int) -> float:
+def core_attention_bytes(
+    model: ModelSpec, shape: TokenShape, options: TrainingOptions, q_dim: int, v_dim: int
+) -> float:
     """Flash/fused attention stores its output 2·T·n·dv/tp and the FP32 log-sum-exp 4·T·n/tp;
     unfused attention also keeps the b·n/tp·s² softmax (2 B), and with attention dropout its
     mask (1 B) and output (2 B). ``core_attn`` recompute keeps none of these."""
@@ -285,8 +295,9 @@ def gdn_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingO
     return stored + dropout_mask_bytes(shape, h, options.hidden_dropout)
 
 
-def dense_mlp_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions, ffn: int,
-                               tp: int) -> float:
+def dense_mlp_activation_bytes(
+    model: ModelSpec, shape: TokenShape, options: TrainingOptions, ffn: int, tp: int
+) -> float:
     """Dense MLP: norm; FC1 output 2·T·ffn·(2 if GLU)/tp; activation output a·T·ffn/tp; dropout
     mask. ``mlp`` recompute keeps only the MLP input."""
     h = model.hidden_size
@@ -330,8 +341,9 @@ def moe_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingO
     return stored + dropout_mask_bytes(shape, h, options.hidden_dropout)
 
 
-def layer_activation_bytes(model: ModelSpec, layer: int, shape: TokenShape, options: TrainingOptions, *,
-                           moe_scale: float = 1.0) -> float:
+def layer_activation_bytes(
+    model: ModelSpec, layer: int, shape: TokenShape, options: TrainingOptions, *, moe_scale: float = 1.0
+) -> float:
     """Stored activations of one transformer layer for one microbatch (no full recompute);
     ``moe_scale`` is the fitted multiplier on the MoE block's tensors."""
     kind = attention_kind(model, layer)
@@ -381,19 +393,36 @@ def activation_offload_saving(model: ModelSpec, layer: int, shape: TokenShape, o
     return saving
 
 
-def mtp_layer_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions, *,
-                               moe_scale: float = 1.0) -> float:
+def mtp_layer_activation_bytes(
+    model: ModelSpec, shape: TokenShape, options: TrainingOptions, *, moe_scale: float = 1.0
+) -> float:
     """An MTP layer: its transformer layer (same kind as the last decoder layer), the two input
     norms and the 2h→h projection input 2·2·T·h/sp."""
     h = model.hidden_size
-    return (layer_activation_bytes(model, model.num_layers - 1, shape, options, moe_scale=moe_scale)
-            + 3 * BF16 * shape.tokens * h / shape.sp)
+    return (
+        layer_activation_bytes(model, model.num_layers - 1, shape, options, moe_scale=moe_scale)
+        + 3 * BF16 * shape.tokens * h / shape.sp
+    )
 
 
-def chunk_layer_bytes(model: ModelSpec, layers: tuple[int, ...], mtp: int, shape: TokenShape,
-                      options: TrainingOptions, *, moe_scale: float = 1.0) -> list[float]:
-    """Per-layer stored activations of one model chunk for one microbatch (MTP layers last)."""
-    per_layer = [layer_activation_bytes(model, layer, shape, options, moe_scale=moe_scale) for layer in layers]
+def chunk_layer_bytes(
+    model: ModelSpec,
+    layers: tuple[int, ...],
+    mtp: int,
+    shape: TokenShape,
+    options: TrainingOptions,
+    *,
+    moe_scale: float = 1.0,
+) -> list[float]:
+    """Per-layer stored activations of one model chunk for one microbatch (MTP layers last).
+    Identical layers (same MoE flag and attention kind) are computed once."""
+    by_signature: dict[tuple[bool, AttentionKind], float] = {}
+    per_layer = []
+    for layer in layers:
+        key = (model.is_moe_layer(layer), attention_kind(model, layer))
+        if key not in by_signature:
+            by_signature[key] = layer_activation_bytes(model, layer, shape, options, moe_scale=moe_scale)
+        per_layer.append(by_signature[key])
     per_layer += [mtp_layer_activation_bytes(model, shape, options, moe_scale=moe_scale)] * mtp
     return per_layer
 
@@ -478,10 +507,17 @@ class StageMemory:
 
     def components(self) -> dict[str, float]:
         return {
-            "weights": self.weights, "gradients": self.gradients, "optimizer": self.optimizer,
-            "activations": self.activations, "logits_loss": self.logits_loss, "transient": self.transient,
-            "workspace": self.workspace, "fragmentation": self.fragmentation, "cuda_context": self.cuda_context,
-            "nccl_buffers": self.nccl_buffers, "cuda_graphs": self.cuda_graphs,
+            "weights": self.weights,
+            "gradients": self.gradients,
+            "optimizer": self.optimizer,
+            "activations": self.activations,
+            "logits_loss": self.logits_loss,
+            "transient": self.transient,
+            "workspace": self.workspace,
+            "fragmentation": self.fragmentation,
+            "cuda_context": self.cuda_context,
+            "nccl_buffers": self.nccl_buffers,
+            "cuda_graphs": self.cuda_graphs,
             "dispatcher_buffers": self.dispatcher_buffers,
         }
 
@@ -510,8 +546,10 @@ class MemoryEstimate:
 
     def fits(self, margin: float = 0.0) -> bool:
         """Reserved peak of every stage within (1 − margin) of the GPU's memory, host within its DRAM."""
-        return (self.peak_reserved_bytes <= (1.0 - margin) * self.capacity_bytes
-                and self.host_bytes_per_gpu <= self.host_capacity_bytes)
+        return (
+            self.peak_reserved_bytes <= (1.0 - margin) * self.capacity_bytes
+            and self.host_bytes_per_gpu <= self.host_capacity_bytes
+        )
 
     def as_dict(self) -> dict[str, object]:
         worst = self.worst
@@ -524,17 +562,29 @@ class MemoryEstimate:
             "worst_stage": worst.stage,
             "host_bytes_per_gpu": self.host_bytes_per_gpu,
             "stages": [
-                {"stage": s.stage, "layers": s.layers, "inflight_microbatches": s.inflight_microbatches,
-                 "peak_allocated_bytes": s.peak_allocated, "peak_reserved_bytes": s.peak_reserved,
-                 "components": s.components()}
+                {
+                    "stage": s.stage,
+                    "layers": s.layers,
+                    "inflight_microbatches": s.inflight_microbatches,
+                    "peak_allocated_bytes": s.peak_allocated,
+                    "peak_reserved_bytes": s.peak_reserved,
+                    "components": s.components(),
+                }
                 for s in self.stages
             ],
         }
 
 
-def stage_memory(model: ModelSpec, layout: ParallelLayout, options: TrainingOptions, stage: PipelineStage,
-                 coefficients: MemoryCoefficients, *, first_step: bool = False,
-                 architecture: str = "hopper") -> StageMemory:
+def stage_memory(
+    model: ModelSpec,
+    layout: ParallelLayout,
+    options: TrainingOptions,
+    stage: PipelineStage,
+    coefficients: MemoryCoefficients,
+    *,
+    first_step: bool = False,
+    architecture: str = "hopper",
+) -> StageMemory:
     """Peak of one stage: model state + in-flight activations + loss buffers + transients.
 
     Steady state (default): the optimizer moments are resident during forward/backward. With
@@ -551,26 +601,31 @@ def stage_memory(model: ModelSpec, layout: ParallelLayout, options: TrainingOpti
     chunk_bytes: list[float] = []
     largest_layer = 0.0
     for chunk in stage.chunks:
-        per_layer = chunk_layer_bytes(model, chunk.decoder_layers, chunk.mtp_layers, shape, options,
-                                      moe_scale=c.moe_activation_scale)
+        per_layer = chunk_layer_bytes(
+            model, chunk.decoder_layers, chunk.mtp_layers, shape, options, moe_scale=c.moe_activation_scale
+        )
         largest_layer = max([largest_layer, *per_layer])
         if options.recompute_granularity == "full":
             stored = full_recompute_bytes(per_layer, shape, h, options)
-            largest_layer = max(largest_layer, sum(sorted(per_layer)[-options.recompute_num_layers:]))
+            largest_layer = max(largest_layer, sum(sorted(per_layer)[-options.recompute_num_layers :]))
         else:
             stored = sum(per_layer)
         if chunk.embedding:
             stored += embedding_activation_bytes(model, shape, options)
         chunk_bytes.append(stored)
     mean_chunk = sum(chunk_bytes) / max(len(chunk_bytes), 1)
-    activations = c.activation_scale * mean_chunk * inflight if layout.vpp > 1 else c.activation_scale * (
-        chunk_bytes[0] * inflight)
+    activations = (
+        c.activation_scale * mean_chunk * inflight
+        if layout.vpp > 1
+        else c.activation_scale * (chunk_bytes[0] * inflight)
+    )
 
     logits = 0.0
     if stage.has_loss:
         logits = c.logits_scale * logits_loss_bytes(model, shape, options, 1 + stage.mtp_layers)
     moe_layers = any(model.is_moe_layer(i) for i in stage.decoder_layers) or (
-        stage.mtp_layers and model.is_moe_layer(-1))
+        stage.mtp_layers and model.is_moe_layer(-1)
+    )
     dispatch = c.moe_dispatch_scale * moe_dispatch_transient_bytes(model, shape, options) if moe_layers else 0.0
     transient = c.transient_layer_scale * largest_layer + dispatch
     workspace = c.workspace_bytes + te_workspace_bytes(model, options, architecture)
@@ -584,27 +639,37 @@ def stage_memory(model: ModelSpec, layout: ParallelLayout, options: TrainingOpti
     dynamic = activations + max(logits, transient)
     graphs = cuda_graph_pool_bytes(model, shape, options, stage, dynamic)
     persistent = static + workspace + graphs
-    if first_step:
-        peak_allocated = max(persistent - moments + dynamic, persistent)
-    else:
-        peak_allocated = persistent + dynamic
+    peak_allocated = max(persistent - moments + dynamic, persistent) if first_step else persistent + dynamic
 
     fraction = c.fragmentation_fraction if options.expandable_segments else c.fragmentation_fraction_no_expandable
     fragmentation = fraction * peak_allocated
     dispatcher = dispatcher_buffer_bytes(model, layout, options)
     reserved = peak_allocated + fragmentation + c.cuda_context_bytes + c.nccl_buffer_bytes + dispatcher
     return StageMemory(
-        stage=stage.rank, layers=len(stage.decoder_layers) + stage.mtp_layers,
-        weights=state.weights, gradients=state.gradients, optimizer=state.optimizer, activations=activations,
-        logits_loss=logits, transient=transient, workspace=workspace, peak_allocated=peak_allocated,
-        fragmentation=fragmentation, cuda_context=c.cuda_context_bytes, nccl_buffers=c.nccl_buffer_bytes,
-        cuda_graphs=graphs, dispatcher_buffers=dispatcher, peak_reserved=reserved,
-        optimizer_host=state.optimizer_host, inflight_microbatches=inflight,
+        stage=stage.rank,
+        layers=len(stage.decoder_layers) + stage.mtp_layers,
+        weights=state.weights,
+        gradients=state.gradients,
+        optimizer=state.optimizer,
+        activations=activations,
+        logits_loss=logits,
+        transient=transient,
+        workspace=workspace,
+        peak_allocated=peak_allocated,
+        fragmentation=fragmentation,
+        cuda_context=c.cuda_context_bytes,
+        nccl_buffers=c.nccl_buffer_bytes,
+        cuda_graphs=graphs,
+        dispatcher_buffers=dispatcher,
+        peak_reserved=reserved,
+        optimizer_host=state.optimizer_host,
+        inflight_microbatches=inflight,
     )
 
 
-def cuda_graph_pool_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions, stage: PipelineStage,
-                          dynamic_bytes: float) -> float:
+def cuda_graph_pool_bytes(
+    model: ModelSpec, shape: TokenShape, options: TrainingOptions, stage: PipelineStage, dynamic_bytes: float
+) -> float:
     """CUDA-graph memory the caching allocator cannot share with eager tensors (allocated).
 
     TE-scoped graphs keep static input and output buffers of 2·T·h/sp BF16 per graphed module
@@ -635,16 +700,25 @@ def dispatcher_buffer_bytes(model: ModelSpec, layout: ParallelLayout, options: T
     return gib * (2.0 if layout.ep * layout.etp > 8 and options.dispatcher == "deepep" else 1.0)
 
 
-def estimate_memory(model: ModelSpec, hardware: HardwareSpec | None, layout: ParallelLayout,
-                    options: TrainingOptions, coefficients: MemoryCoefficients | None = None, *,
-                    first_step: bool = False) -> MemoryEstimate:
-    """Peak memory of every pipeline stage (worst GPU of each); see ``stage_memory``."""
+def estimate_memory(
+    model: ModelSpec,
+    hardware: HardwareSpec | None,
+    layout: ParallelLayout,
+    options: TrainingOptions,
+    coefficients: MemoryCoefficients | None = None,
+    *,
+    first_step: bool = False,
+    stages: list[PipelineStage] | None = None,
+) -> MemoryEstimate:
+    """Peak memory of every pipeline stage (worst GPU of each); see ``stage_memory``.
+    ``stages`` may be passed when the caller already has them (the planner does)."""
     coeffs = coefficients or shipped_coefficients()
     architecture = hardware.architecture if hardware else "hopper"
-    stages = tuple(stage_memory(model, layout, options, stage, coeffs, first_step=first_step,
-                                architecture=architecture)
-                   for stage in pipeline_stages(model, layout))
+    stage_list = stages if stages is not None else pipeline_stages(model, layout)
+    stages_memory = tuple(
+        stage_memory(model, layout, options, stage, coeffs, first_step=first_step, architecture=architecture)
+        for stage in stage_list
+    )
     capacity = hardware.hbm_bytes if hardware else float("inf")
     host = hardware.host_memory_bytes if hardware else float("inf")
-    return MemoryEstimate(stages, capacity, host)
-
+    return MemoryEstimate(stages_memory, capacity, host)

@@ -14,10 +14,15 @@ def estimate_run(run: RunConfig) -> dict[str, Any]:
     memory = estimate_memory(run.model, run.hardware, run.layout, run.options)
     result: dict[str, Any] = {
         "inputs": {
-            "model": run.model.name, "gpu": run.hardware.name, "num_gpus": run.num_gpus,
-            "seq_len": run.options.seq_len, "seq_len_label": format_tokens(run.options.seq_len),
-            "precision": run.options.precision, "recompute": run.options.recompute_label(),
-            "dispatcher": run.options.dispatcher, "cuda_graph_scope": sorted(run.options.cuda_graph_scope),
+            "model": run.model.name,
+            "gpu": run.hardware.name,
+            "num_gpus": run.num_gpus,
+            "seq_len": run.options.seq_len,
+            "seq_len_label": format_tokens(run.options.seq_len),
+            "precision": run.options.precision,
+            "recompute": run.options.recompute_label(),
+            "dispatcher": run.options.dispatcher,
+            "cuda_graph_scope": sorted(run.options.cuda_graph_scope),
             "optimizer_offload_fraction": run.options.optimizer_offload_fraction,
         },
         "layout": run.layout.as_dict(),

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
+from typing import Any
 
 import yaml
 
@@ -38,11 +39,9 @@ from lcmoe.estimate.memory import (
     token_shape,
 )
 from lcmoe.estimate.params import AttentionKind, attention_kind
-from lcmoe.layout import ParallelLayout, PipelineStage, pipeline_stages
+from lcmoe.layout import PipelineStage, pipeline_stages
 from lcmoe.run import RunConfig
-from lcmoe.specs.hardware import HardwareSpec
 from lcmoe.specs.model import ModelSpec
-from lcmoe.workload import TrainingOptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +57,9 @@ class TimeCoefficients:
     grouped_gemm_efficiency: float = 0.55
     attention_efficiency: float = 0.55
     layer_overhead_seconds: float = 1.0e-4
+    moe_layer_overhead_seconds: float = 2.0e-4
     ep_comm_efficiency: float = 0.7
+    ep_network_efficiency: float = 0.7
     cp_ring_hidden: float = 0.0
     # Fixed (not fitted), from kernels-and-links.md.
     grouped_gemm_half_tokens: float = 512.0
@@ -78,7 +79,7 @@ _DISPATCHER_RELATIVE = {"alltoall": 0.75, "allgather": 0.6, "deepep": 1.0, "hybr
 
 
 @functools.cache
-def _shipped() -> dict[str, object]:
+def _shipped() -> dict[str, Any]:
     path = resources.files("lcmoe.data").joinpath("time_coefficients.yaml")
     try:
         return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -89,12 +90,12 @@ def _shipped() -> dict[str, object]:
 def shipped_time_coefficients(architecture: str) -> TimeCoefficients:
     """The coefficients shipped for a hardware family (hopper, blackwell; ampere uses hopper's)."""
     data = _shipped()
-    families = data.get("families", {}) if isinstance(data, dict) else {}
-    family = architecture if architecture in families else "hopper"
-    values = families.get(family, {}) if isinstance(families, dict) else {}
+    families: dict[str, dict[str, Any]] = data.get("families") or {}
+    values = families.get(architecture) or families.get("hopper") or {}
     known = {f.name for f in fields(TimeCoefficients)} - {"fit"}
-    return replace(TimeCoefficients(), **{k: float(v) for k, v in values.items() if k in known},
-                   fit=dict(data.get("fit", {})) if isinstance(data, dict) else {})
+    return replace(
+        TimeCoefficients(), **{k: float(v) for k, v in values.items() if k in known}, fit=dict(data.get("fit") or {})
+    )
 
 
 # ----- per-layer FLOPs (one token, forward + backward, Bridge's conventions) -----------------
@@ -140,14 +141,6 @@ def layer_flops_per_token(model: ModelSpec, layer: int, seq_len: int) -> LayerFl
 
 
 # ----- rates -------------------------------------------------------------------------------
-def gemm_rate(hardware: HardwareSpec, options: TrainingOptions, c: TimeCoefficients) -> float:
-    """Achieved dense GEMM FLOP/s: peak of the precision's tensor cores × its efficiency."""
-    core = options.tensor_core_precision
-    efficiency = {"bf16": c.gemm_efficiency_bf16, "fp8": c.gemm_efficiency_fp8, "mxfp8": c.gemm_efficiency_fp8,
-                  "nvfp4": c.gemm_efficiency_fp4}[core]
-    return hardware.peak(core) * efficiency
-
-
 def grouped_gemm_saturation(tokens_per_expert: float, c: TimeCoefficients) -> float:
     """n / (n + n½): grouped GEMM efficiency falls when each local expert sees few tokens
     (kernels-and-links.md §2b: ~60% of peak at ≥ 2K tokens/expert, 11–16% at 512 for small N·K)."""
@@ -159,15 +152,196 @@ def attention_saturation(chunk: float, c: TimeCoefficients) -> float:
     return chunk / (chunk + c.attention_half_chunk)
 
 
-def link_bandwidth(hardware: HardwareSpec, group_span: int, c: TimeCoefficients) -> float:
-    """Effective one-way bytes/s for a collective over ``group_span`` consecutive ranks: NVLink
-    when they fit in one NVLink domain, else the scale-out NIC."""
-    if group_span <= hardware.nvlink_domain_size:
-        return hardware.nvlink_bandwidth * c.nvlink_efficiency
-    return hardware.scaleout_bandwidth * c.scaleout_efficiency
+# ----- amounts (coefficient-free) ------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class LayerAmounts:
+    """One group of identical layers on a stage: work per microbatch on one GPU, and how many."""
+
+    count: int
+    dense_flops: float
+    expert_flops: float
+    attention_flops: float
+    linear_flops: float
+    up_projection_flops: float
+    dense_mlp_flops: float
+    elementwise_bytes: float
+    tp_bytes: float
+    cp_kv_bytes_per_step: float
+    cp_a2a_bytes: float
+    ep_bytes: float
+    is_moe: bool
 
 
-# ----- one microbatch on one stage ----------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class StageAmounts:
+    rank: int
+    groups: tuple[LayerAmounts, ...]
+    logits_flops: float
+    pp_bytes: float
+    dp_bytes: float
+    optimizer_gpu_bytes: float
+    optimizer_host_params: float
+    optimizer_host_bytes: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunAmounts:
+    """Everything the step time needs that does not depend on fitted coefficients."""
+
+    stages: tuple[StageAmounts, ...]
+    gemm_peak: float
+    bf16_peak: float
+    tensor_core: str
+    hbm_bandwidth: float
+    nvlink_bandwidth: float
+    scaleout_bandwidth: float
+    host_link_bandwidth: float
+    tp_span: int
+    cp: int
+    cp_span: int
+    cp_a2a: bool
+    ep_local_share: float
+    ep_remote_share: float
+    dp_span: int
+    nvlink_domain: int
+    tokens_per_expert: float
+    attention_chunk: float
+    dispatcher: str
+    ep_overlap: bool
+    cuda_graphs: bool
+    recompute_granularity: str
+    recompute_modules: frozenset[str]
+    moe_imbalance: float
+    num_microbatches: int
+    pp: int
+    vpp: int
+    model_flops_per_step: float
+    tokens_per_step: float
+    world_size: int
+
+
+def _layer_amounts(run: RunConfig, layer: int, count: int) -> LayerAmounts:
+    model, layout, options = run.model, run.layout, run.options
+    shape = token_shape(layout, options)
+    tokens = options.seq_len * layout.mbs / (layout.tp * layout.cp)  # this GPU's share of the microbatch
+    f = layer_flops_per_token(model, layer, options.seq_len)
+    no_recompute = replace(options, recompute_granularity="none", recompute_modules=frozenset())
+    is_moe = model.is_moe_layer(layer)
+    kind = attention_kind(model, layer)
+    cp_kv = cp_a2a = 0.0
+    if layout.cp > 1 and kind is not AttentionKind.GDN:
+        if model.multi_latent_attention:
+            width = model.num_attention_heads * (model.qk_head_dim + model.qk_pos_emb_head_dim + model.v_head_dim)
+            q_width = model.num_attention_heads * (model.qk_head_dim + model.qk_pos_emb_head_dim)
+        else:
+            width = 2 * model.query_groups * model.head_dim
+            q_width = model.num_attention_heads * model.head_dim
+        cp_kv = shape.tokens * BF16 * width / layout.tp
+        cp_a2a = 2 * 2 * (layout.cp - 1) / layout.cp * shape.tokens * BF16 * (2 * q_width + width) / layout.tp
+    ep_bytes = 0.0
+    if is_moe and layout.ep * layout.etp > 1:
+        sp = layout.tp if layout.sequence_parallel else 1
+        td = shape.tokens / sp * model.moe_router_topk * layout.etp * options.moe_token_imbalance
+        dispatch = 1.0 if options.is_fp8 and options.dispatcher in ("deepep", "hybridep") else float(BF16)
+        ep_bytes = 2 * td * model.hidden_size * (dispatch + BF16)
+    tp_bytes = 8 * (layout.tp - 1) / layout.tp * shape.tokens * model.hidden_size * BF16 if layout.tp > 1 else 0.0
+    return LayerAmounts(
+        count=count,
+        dense_flops=f.dense_gemm * tokens,
+        expert_flops=f.expert_gemm * tokens,
+        attention_flops=f.attention_core * tokens,
+        linear_flops=f.linear_attention * tokens,
+        up_projection_flops=f.up_projection * tokens,
+        dense_mlp_flops=f.dense_mlp * tokens,
+        elementwise_bytes=layer_activation_bytes(model, layer, shape, no_recompute),
+        tp_bytes=tp_bytes,
+        cp_kv_bytes_per_step=cp_kv,
+        cp_a2a_bytes=cp_a2a if layout.cp_comm_type in ("a2a", "a2a+p2p") else 0.0,
+        ep_bytes=ep_bytes,
+        is_moe=is_moe,
+    )
+
+
+def _layer_signature(model: ModelSpec, layer: int) -> tuple[bool, AttentionKind]:
+    return model.is_moe_layer(layer), attention_kind(model, layer)
+
+
+def _stage_amounts(run: RunConfig, stage: PipelineStage) -> StageAmounts:
+    from lcmoe.estimate.memory import optimizer_shards
+
+    model, layout, options, hardware = run.model, run.layout, run.options, run.hardware
+    layers = list(stage.decoder_layers) + [model.num_layers - 1] * stage.mtp_layers
+    counts: dict[tuple[bool, AttentionKind], list[int]] = {}
+    for layer in layers:
+        counts.setdefault(_layer_signature(model, layer), []).append(layer)
+    groups = tuple(_layer_amounts(run, members[0], len(members)) for members in counts.values())
+    tokens = options.seq_len * layout.mbs / (layout.tp * layout.cp)
+    logits = 0.0
+    if stage.has_loss:
+        logits = 6.0 * model.hidden_size * model.padded_vocab_size(layout.tp) * (1 + stage.mtp_layers) * tokens
+    sp = layout.tp if layout.sequence_parallel else 1
+    shape = token_shape(layout, options)
+    pp_bytes = 2 * shape.tokens * model.hidden_size * BF16 / sp if layout.pp > 1 else 0.0
+    params = stage_params_per_gpu(model, layout, stage)
+    grad_bytes = 4.0 if options.main_grads_dtype == "fp32" else 2.0
+    dense_dp, edp = layout.dp * layout.cp, max(layout.edp, 1)
+    dp_bytes = (
+        params.dense * (grad_bytes + 2) * (dense_dp - 1) / dense_dp + params.expert * (grad_bytes + 2) * (edp - 1) / edp
+    )
+    dense_shard, expert_shard = optimizer_shards(layout, options)
+    local = params.dense / dense_shard + params.expert / expert_shard
+    offloaded = local * options.optimizer_offload_fraction
+    del hardware
+    return StageAmounts(
+        stage.rank, groups, logits, pp_bytes, dp_bytes, (local - offloaded) * 28, offloaded, offloaded * 6
+    )
+
+
+def time_amounts(run: RunConfig) -> RunAmounts:
+    """The coefficient-free amounts of a run: FLOPs by kind and bytes by link, per stage."""
+    model, layout, hardware, options = run.model, run.layout, run.hardware, run.options
+    shape = token_shape(layout, options)
+    sp = layout.tp if layout.sequence_parallel else 1
+    local_experts = max((model.num_moe_experts or 1) / layout.ep, 1.0)
+    span = layout.ep * layout.etp
+    remote = max(0.0, 1.0 - hardware.nvlink_domain_size / span) * (span - 1) / span if span > 1 else 0.0
+    local = (span - 1) / span - remote if span > 1 else 0.0
+    tokens = layout.gbs * options.seq_len
+    return RunAmounts(
+        stages=tuple(_stage_amounts(run, stage) for stage in pipeline_stages(model, layout)),
+        gemm_peak=hardware.peak(options.tensor_core_precision),
+        bf16_peak=hardware.peak("bf16"),
+        tensor_core=options.tensor_core_precision,
+        hbm_bandwidth=hardware.hbm_bandwidth,
+        nvlink_bandwidth=hardware.nvlink_bandwidth,
+        scaleout_bandwidth=hardware.scaleout_bandwidth,
+        host_link_bandwidth=hardware.host_link_bandwidth,
+        tp_span=layout.tp,
+        cp=layout.cp,
+        cp_span=layout.tp * layout.cp,
+        cp_a2a=layout.cp_comm_type in ("a2a", "a2a+p2p"),
+        ep_local_share=local,
+        ep_remote_share=remote,
+        dp_span=layout.world_size // layout.pp,
+        nvlink_domain=hardware.nvlink_domain_size,
+        tokens_per_expert=shape.tokens / sp * model.moe_router_topk * layout.etp / local_experts,
+        attention_chunk=options.seq_len / layout.cp / (2 if layout.cp > 1 else 1),
+        dispatcher=options.dispatcher,
+        ep_overlap=options.overlap_moe_expert_parallel_comm,
+        cuda_graphs=bool(options.cuda_graph_scope),
+        recompute_granularity=options.recompute_granularity,
+        recompute_modules=options.recompute_modules,
+        moe_imbalance=options.moe_token_imbalance,
+        num_microbatches=max(layout.num_microbatches, 1),
+        pp=layout.pp,
+        vpp=layout.vpp,
+        model_flops_per_step=flops_per_token(model, options.seq_len, tp=layout.tp).total * tokens,
+        tokens_per_step=tokens,
+        world_size=layout.world_size,
+    )
+
+
+# ----- rates applied to amounts ------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class StageTime:
     """Seconds for one microbatch (forward + backward) on one GPU of a stage, by term."""
@@ -185,144 +359,133 @@ class StageTime:
 
     @property
     def total(self) -> float:
-        return sum(getattr(self, f.name) for f in fields(self))
+        return (
+            self.dense_gemm
+            + self.expert_gemm
+            + self.attention
+            + self.elementwise
+            + self.recompute
+            + self.tp_comm
+            + self.cp_comm
+            + self.ep_comm
+            + self.pp_comm
+            + self.overhead
+        )
 
-    def __add__(self, other: StageTime) -> StageTime:
-        return StageTime(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
-
-    def scaled(self, factor: float) -> StageTime:
-        return StageTime(**{f.name: getattr(self, f.name) * factor for f in fields(self)})
-
-
-def cp_exposed_seconds(model: ModelSpec, layout: ParallelLayout, hardware: HardwareSpec, tokens: float,
-                       attention_seconds: float, c: TimeCoefficients, options: TrainingOptions,
-                       layer: int) -> float:
-    """CP communication per layer and microbatch, exposed part.
-
-    p2p ring: cp − 1 steps forward (send K,V of T tokens), 2·(cp − 1) backward (K,V and dK,dV);
-    each step hides behind that step's attention (attention / cp per step); exposed = Σ max(0,
-    comm − compute). a2a: Q, K, V, O re-sharded forward and back, (cp − 1)/cp of the local
-    tensor each, not overlapped (TE dot_product_attention docstring; kernels-and-links.md §5)."""
-    if layout.cp == 1 or attention_kind(model, layer) is AttentionKind.GDN:
-        return 0.0
-    if model.multi_latent_attention:
-        width = model.num_attention_heads * (model.qk_head_dim + model.qk_pos_emb_head_dim + model.v_head_dim)
-        q_width = model.num_attention_heads * (model.qk_head_dim + model.qk_pos_emb_head_dim)
-    else:
-        width = 2 * model.query_groups * model.head_dim
-        q_width = model.num_attention_heads * model.head_dim
-    bandwidth = link_bandwidth(hardware, layout.tp * layout.cp, c)
-    if layout.cp_comm_type in ("a2a", "a2a+p2p"):
-        moved = (layout.cp - 1) / layout.cp * tokens * BF16 * (2 * q_width + width) / layout.tp
-        return 2 * 2 * moved / bandwidth  # forward and backward, there and back
-    kv_bytes = tokens * BF16 * width / layout.tp
-    per_step_comm = kv_bytes / bandwidth
-    per_step_compute = attention_seconds / layout.cp / 3  # forward share of one ring step
-    steps = 3 * (layout.cp - 1)
-    # The fitted share hides ring traffic beyond the per-step attention (the published DSV3 CP
-    # series stays flat to CP64 over the NIC); see fit_time.py.
-    return steps * max(0.0, per_step_comm * (1.0 - c.cp_ring_hidden) - per_step_compute)
+    def as_dict(self, factor: float = 1.0) -> dict[str, float]:
+        return {f.name: getattr(self, f.name) * factor for f in fields(self)}
 
 
-def ep_comm_seconds(model: ModelSpec, layout: ParallelLayout, hardware: HardwareSpec, tokens: float,
-                    options: TrainingOptions, c: TimeCoefficients) -> float:
-    """EP dispatch + combine for one MoE layer and microbatch, forward and backward (4 passes of
-    Td·h bytes, Td = T/sp·k·etp tokens per GPU; FP8 dispatch halves the dispatch passes with the
-    flex dispatchers). Tokens go to every EP rank evenly, so a share (1 − domain/(ep·etp)) of
-    them crosses the NIC when the EP group leaves the NVLink domain (kernels-and-links.md §4)."""
-    if layout.ep * layout.etp == 1:
-        return 0.0
-    sp = layout.tp if layout.sequence_parallel else 1
-    td = tokens / sp * model.moe_router_topk * layout.etp * options.moe_token_imbalance
-    dispatch_bytes = 1.0 if options.is_fp8 and options.dispatcher in ("deepep", "hybridep") else float(BF16)
-    per_pass = td * model.hidden_size
-    total = 2 * per_pass * (dispatch_bytes + BF16)
-    span = layout.ep * layout.etp
-    remote = max(0.0, 1.0 - hardware.nvlink_domain_size / span) * (span - 1) / span if span > 1 else 0.0
-    local = (span - 1) / span - remote
-    efficiency = c.ep_comm_efficiency * _DISPATCHER_RELATIVE.get(options.dispatcher, 0.75)
-    seconds = total * local / (hardware.nvlink_bandwidth * min(efficiency, 1.0))
-    seconds += total * remote / (hardware.scaleout_bandwidth * min(efficiency * 1.2, 1.0))
-    if options.overlap_moe_expert_parallel_comm:
-        seconds *= 1.0 - c.ep_overlap_hidden
-    return seconds
+def _bandwidth(a: RunAmounts, span: int, c: TimeCoefficients) -> float:
+    """NVLink when ``span`` consecutive ranks fit in one NVLink domain, else the scale-out NIC."""
+    if span <= a.nvlink_domain:
+        return a.nvlink_bandwidth * c.nvlink_efficiency
+    return a.scaleout_bandwidth * c.scaleout_efficiency
 
 
-def stage_microbatch_time(run: RunConfig, stage: PipelineStage, c: TimeCoefficients) -> StageTime:
-    """Forward + backward of one microbatch on one GPU of ``stage``."""
-    model, layout, hardware, options = run.model, run.layout, run.hardware, run.options
-    shape = token_shape(layout, options)
-    tokens_stage = options.seq_len * layout.mbs
-    share = 1.0 / (layout.tp * layout.cp)  # this GPU's share of the microbatch's work
-    gemm = gemm_rate(hardware, options, c)
-    bf16_peak = hardware.peak("bf16")
-    chunk = options.seq_len / layout.cp / (2 if layout.cp > 1 else 1)
-    attention_rate = bf16_peak * c.attention_efficiency * attention_saturation(chunk, c)
-    local_experts = max((model.num_moe_experts or 1) / layout.ep, 1.0)
-    sp = layout.tp if layout.sequence_parallel else 1
-    tokens_per_expert = shape.tokens / sp * model.moe_router_topk * layout.etp / local_experts
-    core_peak = hardware.peak(options.tensor_core_precision)
-    expert_rate = core_peak * c.grouped_gemm_efficiency * grouped_gemm_saturation(tokens_per_expert, c)
-    hbm = hardware.hbm_bandwidth
-    no_recompute = replace(options, recompute_granularity="none", recompute_modules=frozenset())
-
-    total = StageTime()
-    layers = list(stage.decoder_layers) + [model.num_layers - 1] * stage.mtp_layers
-    for layer in layers:
-        f = layer_flops_per_token(model, layer, options.seq_len)
-        dense = f.dense_gemm * tokens_stage * share / gemm
-        experts = 0.0
-        if f.expert_gemm:
-            experts = f.expert_gemm * tokens_stage * share / expert_rate * options.moe_token_imbalance
-        attention = f.attention_core * tokens_stage * share / attention_rate
-        linear = f.linear_attention * tokens_stage * share / gemm
-        elementwise = c.elementwise_traffic_factor * layer_activation_bytes(model, layer, shape, no_recompute) / hbm
-        tp_comm = 0.0
-        if layout.tp > 1:
-            moved = 8 * (layout.tp - 1) / layout.tp * shape.tokens * model.hidden_size * BF16
-            tp_comm = moved / link_bandwidth(hardware, layout.tp, c) * (1 - c.tp_overlap_hidden)
-        cp_comm = cp_exposed_seconds(model, layout, hardware, shape.tokens, attention, c, options, layer)
-        is_moe = model.is_moe_layer(layer)
-        ep_comm = ep_comm_seconds(model, layout, hardware, shape.tokens, options, c) if is_moe else 0.0
-        forward = (dense + experts + attention + linear) / 3
-        recompute = recompute_seconds(options, model, f, tokens_stage * share, gemm, forward, elementwise,
-                                      attention, ep_comm, is_moe)
-        overhead = c.layer_overhead_seconds * (1 - c.cuda_graph_overhead_saving if options.cuda_graph_scope else 1)
-        total = total + StageTime(dense_gemm=dense + linear, expert_gemm=experts, attention=attention,
-                                  elementwise=elementwise, recompute=recompute, tp_comm=tp_comm,
-                                  cp_comm=cp_comm, ep_comm=ep_comm, overhead=overhead)
-    if stage.has_loss:
-        logits = 6.0 * model.hidden_size * model.padded_vocab_size(layout.tp) * (1 + stage.mtp_layers)
-        total = total + StageTime(dense_gemm=logits * tokens_stage * share / (bf16_peak * c.gemm_efficiency_bf16))
-    if layout.pp > 1:
-        boundary = 2 * shape.tokens * model.hidden_size * BF16 / sp
-        total = total + StageTime(pp_comm=boundary / link_bandwidth(hardware, hardware.nvlink_domain_size + 1, c))
-    return total
+def _gemm_efficiency(tensor_core: str, c: TimeCoefficients) -> float:
+    return {
+        "bf16": c.gemm_efficiency_bf16,
+        "fp8": c.gemm_efficiency_fp8,
+        "mxfp8": c.gemm_efficiency_fp8,
+        "nvfp4": c.gemm_efficiency_fp4,
+    }[tensor_core]
 
 
-def recompute_seconds(options: TrainingOptions, model: ModelSpec, f: LayerFlops, tokens: float, gemm: float,
-                      forward: float, elementwise: float, attention: float, ep_comm: float, is_moe: bool) -> float:
+def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients) -> StageTime:
+    """Forward + backward of one microbatch on one GPU of ``stage`` (see the module docstring)."""
+    gemm = a.gemm_peak * _gemm_efficiency(a.tensor_core, c)
+    expert_rate = a.gemm_peak * c.grouped_gemm_efficiency * grouped_gemm_saturation(a.tokens_per_expert, c)
+    attention_rate = a.bf16_peak * c.attention_efficiency * attention_saturation(a.attention_chunk, c)
+    tp_bw = _bandwidth(a, a.tp_span, c)
+    cp_bw = _bandwidth(a, a.cp_span, c)
+    ep_eff = min(c.ep_comm_efficiency * _DISPATCHER_RELATIVE.get(a.dispatcher, 0.75), 1.0)
+    graph_share = 1 - c.cuda_graph_overhead_saving if a.cuda_graphs else 1.0
+    totals = dict.fromkeys(("dense", "expert", "attention", "elementwise", "recompute", "tp", "cp", "ep", "ovh"), 0.0)
+    for g in stage.groups:
+        dense = (g.dense_flops + g.linear_flops) / gemm
+        experts = g.expert_flops / expert_rate * a.moe_imbalance if g.expert_flops else 0.0
+        attention = g.attention_flops / attention_rate
+        elementwise = c.elementwise_traffic_factor * g.elementwise_bytes / a.hbm_bandwidth
+        tp = g.tp_bytes / tp_bw * (1 - c.tp_overlap_hidden)
+        if a.cp_a2a:
+            cp = g.cp_a2a_bytes / cp_bw
+        elif a.cp > 1:
+            per_step_comm = g.cp_kv_bytes_per_step / cp_bw * (1.0 - c.cp_ring_hidden)
+            cp = 3 * (a.cp - 1) * max(0.0, per_step_comm - attention / a.cp / 3)
+        else:
+            cp = 0.0
+        ep = 0.0
+        if g.ep_bytes:
+            ep = g.ep_bytes * a.ep_local_share / (a.nvlink_bandwidth * ep_eff)
+            network_eff = min(c.ep_network_efficiency * _DISPATCHER_RELATIVE.get(a.dispatcher, 0.75), 1.0)
+            ep += g.ep_bytes * a.ep_remote_share / (a.scaleout_bandwidth * network_eff)
+            if a.ep_overlap:
+                ep *= 1.0 - c.ep_overlap_hidden
+        recompute = recompute_seconds(a, g, gemm, dense, experts, attention, elementwise, ep)
+        overhead = graph_share * (c.layer_overhead_seconds + (c.moe_layer_overhead_seconds if g.is_moe else 0.0))
+        for key, value in (
+            ("dense", dense),
+            ("expert", experts),
+            ("attention", attention),
+            ("elementwise", elementwise),
+            ("recompute", recompute),
+            ("tp", tp),
+            ("cp", cp),
+            ("ep", ep),
+            ("ovh", overhead),
+        ):
+            totals[key] += value * g.count
+    totals["dense"] += stage.logits_flops / (a.bf16_peak * c.gemm_efficiency_bf16)
+    # Interleaved: every microbatch passes each rank once per model chunk, so vpp sends and
+    # receives per rank per microbatch (schedules.py forward_backward_pipelining_with_interleaving).
+    pp = a.vpp * stage.pp_bytes / _bandwidth(a, a.nvlink_domain + 1, c) if stage.pp_bytes else 0.0
+    return StageTime(
+        dense_gemm=totals["dense"],
+        expert_gemm=totals["expert"],
+        attention=totals["attention"],
+        elementwise=totals["elementwise"],
+        recompute=totals["recompute"],
+        tp_comm=totals["tp"],
+        cp_comm=totals["cp"],
+        ep_comm=totals["ep"],
+        pp_comm=pp,
+        overhead=totals["ovh"],
+    )
+
+
+def recompute_seconds(
+    a: RunAmounts,
+    g: LayerAmounts,
+    gemm: float,
+    dense: float,
+    experts: float,
+    attention: float,
+    elementwise: float,
+    ep: float,
+) -> float:
     """The forward cost of recomputed modules, replayed in backward: full recompute replays the
     whole layer (forward compute, elementwise, and the layer's forward EP comm); selective
     replays only the named modules (core_attn: attention forward; mla_up_proj: the up
     projections; mlp: the dense MLP; moe: expert + shared GEMMs and dispatch; moe_act,
-    layernorm, shared_experts: their elementwise share)."""
-    if options.recompute_granularity == "full":
-        return forward + elementwise / 3 + ep_comm / 2
-    if options.recompute_granularity != "selective":
+    layernorm: their elementwise share)."""
+    forward = (dense + experts + attention) / 3
+    if a.recompute_granularity == "full":
+        return forward + elementwise / 3 + ep / 2
+    if a.recompute_granularity != "selective":
         return 0.0
-    mods = options.recompute_modules
+    mods = a.recompute_modules
     extra = 0.0
     if "core_attn" in mods:
         extra += attention / 3
-    if "mla_up_proj" in mods and model.multi_latent_attention:
-        extra += f.up_projection * tokens / gemm / 3
-    if "mlp" in mods and not is_moe:
-        extra += f.dense_mlp * tokens / gemm / 3
-    if "moe" in mods and is_moe:
-        extra += f.expert_gemm * tokens / gemm / 3 + f.dense_mlp * tokens / gemm / 3 + ep_comm / 2
-    if "shared_experts" in mods and is_moe:
-        extra += f.dense_mlp * tokens / gemm / 3
+    if "mla_up_proj" in mods:
+        extra += g.up_projection_flops / gemm / 3
+    if "mlp" in mods and not g.is_moe:
+        extra += g.dense_mlp_flops / gemm / 3
+    if "moe" in mods and g.is_moe:
+        extra += experts / 3 + g.dense_mlp_flops / gemm / 3 + ep / 2
+    if "shared_experts" in mods and g.is_moe:
+        extra += g.dense_mlp_flops / gemm / 3
     for small in ("moe_act", "layernorm"):
         if small in mods:
             extra += 0.1 * elementwise / 3
@@ -340,70 +503,47 @@ class TimeEstimate:
     critical_stage: int
 
     def as_dict(self) -> dict[str, object]:
-        return {"step_seconds": self.step_seconds, "tokens_per_sec_per_gpu": self.tokens_per_sec_per_gpu,
-                "model_tflops_per_gpu": self.model_tflops_per_gpu, "mfu": self.mfu,
-                "breakdown": self.breakdown, "critical_stage": self.critical_stage}
+        return {
+            "step_seconds": self.step_seconds,
+            "tokens_per_sec_per_gpu": self.tokens_per_sec_per_gpu,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "mfu": self.mfu,
+            "breakdown": self.breakdown,
+            "critical_stage": self.critical_stage,
+        }
 
 
-def dp_comm_seconds(run: RunConfig, stage: PipelineStage, c: TimeCoefficients) -> float:
-    """Exposed DP/EDP traffic per step: gradient reduce-scatter (grad bytes) and parameter
-    all-gather (2 B), (d − 1)/d of each local parameter, mostly overlapped with backward and the
-    next forward; the exposed fraction is the last bucket's share (fixed)."""
-    layout, hardware = run.layout, run.hardware
-    params = stage_params_per_gpu(run.model, layout, stage)
-    grad_bytes = 4.0 if run.options.main_grads_dtype == "fp32" else 2.0
-    dense_dp = layout.dp * layout.cp
-    edp = max(layout.edp, 1)
-    moved = params.dense * (grad_bytes + 2) * (dense_dp - 1) / dense_dp + params.expert * (grad_bytes + 2) * (
-        edp - 1) / edp
-    span = layout.world_size // layout.pp
-    return c.dp_exposed_fraction * moved / link_bandwidth(hardware, span, c)
-
-
-def optimizer_seconds(run: RunConfig, stage: PipelineStage, c: TimeCoefficients) -> float:
-    """Adam on the GPU is memory-bound: ~28 B per local parameter shard (read p, g, m, v; write
-    p, m, v and the BF16 copy) over HBM. The offloaded fraction runs on the host at the host Adam
-    rate plus the gradient (4 B) down and parameter (2 B) up copies over the host link
-    (kernels-and-links.md §6; ~0.6 G params/s per GPU rank from the cpu-offloading table)."""
-    from lcmoe.estimate.memory import optimizer_shards
-
-    layout, hardware, options = run.layout, run.hardware, run.options
-    params = stage_params_per_gpu(run.model, layout, stage)
-    dense_shard, expert_shard = optimizer_shards(layout, options)
-    local = params.dense / dense_shard + params.expert / expert_shard
-    offloaded = local * options.optimizer_offload_fraction
-    gpu_part = (local - offloaded) * 28 / hardware.hbm_bandwidth
-    host_part = offloaded / c.host_adam_params_per_second + offloaded * 6 / hardware.host_link_bandwidth
-    return gpu_part + host_part
+def combine(a: RunAmounts, c: TimeCoefficients, *, hardware_bf16_peak: float | None = None) -> TimeEstimate:
+    """Step time from amounts and rates: (M + bubble) × slowest stage + exposed DP + optimizer."""
+    per_stage = [stage_time(a, stage, c) for stage in a.stages]
+    critical = max(range(len(per_stage)), key=lambda i: per_stage[i].total)
+    microbatch = per_stage[critical]
+    bubble_factor = (a.pp - 1) / a.vpp if a.pp > 1 else 0.0
+    dp_bw = _bandwidth(a, a.dp_span, c)
+    dp = max(c.dp_exposed_fraction * s.dp_bytes / dp_bw for s in a.stages)
+    optimizer = max(
+        s.optimizer_gpu_bytes / a.hbm_bandwidth
+        + s.optimizer_host_params / c.host_adam_params_per_second
+        + s.optimizer_host_bytes / a.host_link_bandwidth
+        for s in a.stages
+    )
+    bubble = microbatch.total * bubble_factor
+    step = microbatch.total * a.num_microbatches + bubble + dp + optimizer
+    tflops = a.model_flops_per_step / step / a.world_size / 1e12
+    breakdown = microbatch.as_dict(a.num_microbatches)
+    breakdown.update(pipeline_bubble=bubble, dp_comm=dp, optimizer=optimizer)
+    peak = hardware_bf16_peak or a.bf16_peak
+    return TimeEstimate(
+        step_seconds=step,
+        tokens_per_sec_per_gpu=a.tokens_per_step / step / a.world_size,
+        model_tflops_per_gpu=tflops,
+        mfu=tflops * 1e12 / peak,
+        breakdown=breakdown,
+        critical_stage=a.stages[critical].rank,
+    )
 
 
 def estimate_time(run: RunConfig, coefficients: TimeCoefficients | None = None) -> TimeEstimate:
     """Step time of ``run`` with the shipped (or given) coefficients."""
     c = coefficients or shipped_time_coefficients(run.hardware.architecture)
-    layout = run.layout
-    stages = pipeline_stages(run.model, layout)
-    per_stage = [stage_microbatch_time(run, stage, c) for stage in stages]
-    critical = max(range(len(stages)), key=lambda i: per_stage[i].total)
-    microbatch = per_stage[critical]
-    m = max(layout.num_microbatches, 1)
-    bubble_factor = (layout.pp - 1) / layout.vpp if layout.pp > 1 else 0.0
-    dp = max(dp_comm_seconds(run, stage, c) for stage in stages)
-    optimizer = max(optimizer_seconds(run, stage, c) for stage in stages)
-    pipeline = microbatch.scaled(m)
-    bubble = microbatch.total * bubble_factor
-    step = pipeline.total + bubble + dp + optimizer
-
-    tokens = layout.gbs * run.options.seq_len
-    world = layout.world_size
-    bridge_flops = flops_per_token(run.model, run.options.seq_len, tp=layout.tp).total * tokens
-    tflops = bridge_flops / step / world / 1e12
-    breakdown = {f.name: getattr(pipeline, f.name) for f in fields(pipeline)}
-    breakdown.update(pipeline_bubble=bubble, dp_comm=dp, optimizer=optimizer)
-    return TimeEstimate(
-        step_seconds=step,
-        tokens_per_sec_per_gpu=tokens / step / world,
-        model_tflops_per_gpu=tflops,
-        mfu=tflops * 1e12 / run.hardware.peak("bf16"),
-        breakdown=breakdown,
-        critical_stage=stages[critical].rank,
-    )
+    return combine(time_amounts(run), c)

@@ -52,8 +52,12 @@ class HardwareSpec(BaseModel):
         """Dense peak FLOP/s for a precision; MXFP8 falls back to FP8 where the GPU has no MX format."""
         if precision in self.peak_flops:
             return self.peak_flops[precision]
-        raise LcmoeError("precision", precision, f"{self.name} has no {precision} tensor cores",
-                         f"use one of {', '.join(self.peak_flops)}")
+        raise LcmoeError(
+            "precision",
+            precision,
+            f"{self.name} has no {precision} tensor cores",
+            f"use one of {', '.join(self.peak_flops)}",
+        )
 
     def supports(self, precision: str) -> bool:
         return precision in self.peak_flops

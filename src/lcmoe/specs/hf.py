@@ -21,8 +21,16 @@ from lcmoe.errors import LcmoeError
 from lcmoe.specs.model import ModelSpec, model_from_dict
 
 SUPPORTED_MODEL_TYPES = (
-    "deepseek_v3", "kimi_k2", "deepseek_v2", "glm4_moe", "qwen3_moe", "qwen3_next",
-    "gpt_oss", "mixtral", "llama", "qwen3",
+    "deepseek_v3",
+    "kimi_k2",
+    "deepseek_v2",
+    "glm4_moe",
+    "qwen3_moe",
+    "qwen3_next",
+    "gpt_oss",
+    "mixtral",
+    "llama",
+    "qwen3",
 )
 
 
@@ -103,7 +111,9 @@ def model_from_hf_dict(data: dict[str, Any], *, name: str, origin: str = "config
     model_type = data.get("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise LcmoeError(
-            f"{origin}: model_type", model_type, "is not a supported architecture",
+            f"{origin}: model_type",
+            model_type,
+            "is not a supported architecture",
             f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}; or describe the model in lcmoe YAML",
         )
     cfg = _Config(data, origin)
@@ -191,7 +201,8 @@ def _qwen3_next(cfg: _Config) -> dict[str, Any]:
     fields = _qwen3_moe(cfg)
     layer_types = cfg.str_list("layer_types")
     linear: int | list[int] = (
-        [int(t == "linear_attention") for t in layer_types] if layer_types
+        [int(t == "linear_attention") for t in layer_types]
+        if layer_types
         else cfg.integer("full_attention_interval", 4)
     )
     fields.update(

@@ -139,8 +139,11 @@ class ModelSpec(BaseModel):
         elif self.moe_router_topk:
             raise ValueError("moe_router_topk is set but num_moe_experts is not")
         if self.linear_attention_type == "gdn" and not (
-            self.linear_num_key_heads and self.linear_num_value_heads and self.linear_key_head_dim
-            and self.linear_value_head_dim and self.linear_conv_kernel_dim
+            self.linear_num_key_heads
+            and self.linear_num_value_heads
+            and self.linear_key_head_dim
+            and self.linear_value_head_dim
+            and self.linear_conv_kernel_dim
         ):
             raise ValueError("gated delta net needs linear key/value heads, head dims and conv kernel > 0")
         if self.window_size is not None and (self.window_size[0] < 0 or self.window_size[1] < 0):

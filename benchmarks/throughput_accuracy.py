@@ -1,0 +1,150 @@
+"""Step-time model accuracy: predicted vs published model TFLOP/s/GPU.
+
+Default: refit the efficiencies on the given data (as fit_time.py does), then report the fit
+MAPE, the leave-one-model-out MAPE (refit without that model, predict it), Spearman rank
+correlation within each (model, GPU, container) group of ≥ 3 rows, and the DSV3 H100
+CP-scaling series of long_context.csv side by side. ``--evaluate`` predicts every row with the
+coefficients shipped in the package and refits nothing (how anyone checks the shipped model on
+new data).
+
+    python benchmarks/throughput_accuracy.py [--data PATH] [--recipes PATH] [--long-context PATH]
+                                             [--evaluate] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.perf_rows import PerfCase, long_context_cases, perf_cases
+from benchmarks.published import REFERENCE, write_json
+from lcmoe.estimate.time import TimeCoefficients, combine, shipped_time_coefficients, time_amounts
+
+FAMILY_OF = {
+    "h100": "hopper",
+    "h200": "hopper",
+    "b200": "blackwell",
+    "b300": "blackwell",
+    "gb200": "blackwell",
+    "gb300": "blackwell",
+}
+
+
+def spearman(xs: list[float], ys: list[float]) -> float:
+    def ranks(values: list[float]) -> list[float]:
+        order = sorted(range(len(values)), key=lambda i: values[i])
+        result = [0.0] * len(values)
+        for rank, index in enumerate(order):
+            result[index] = float(rank)
+        return result
+
+    rx, ry = ranks(xs), ranks(ys)
+    n = len(xs)
+    mean = (n - 1) / 2
+    cov = sum((a - mean) * (b - mean) for a, b in zip(rx, ry, strict=True))
+    var = sum((a - mean) ** 2 for a in rx)
+    return cov / var if var else 0.0
+
+
+def predictions(cases: list[PerfCase], coefficients: dict[str, TimeCoefficients]) -> list[float]:
+    return [
+        combine(time_amounts(c.run), coefficients[FAMILY_OF[c.run.hardware.name]]).model_tflops_per_gpu for c in cases
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default=str(REFERENCE / "perf_summary.csv"))
+    parser.add_argument("--recipes", default=str(REFERENCE / "perf_recipes.csv"))
+    parser.add_argument("--long-context", default=str(REFERENCE / "long_context.csv"))
+    parser.add_argument("--evaluate", action="store_true", help="shipped coefficients, no refit")
+    parser.add_argument("--json", dest="json_out")
+    args = parser.parse_args(argv)
+
+    cases, skipped = perf_cases(args.data, args.recipes)
+    long_context, _ = long_context_cases(args.long_context) if Path(args.long_context).exists() else ([], [])
+    everything = cases + long_context
+    if args.evaluate:
+        coefficients = {family: shipped_time_coefficients(family) for family in set(FAMILY_OF.values())}
+    else:
+        from benchmarks.fit_time import by_family, fit_family
+
+        coefficients = {family: fit_family(rows) for family, rows in by_family(everything).items()}
+    predicted = predictions(everything, coefficients)
+    errors = [100 * (p / c.published_tflops - 1) for p, c in zip(predicted, everything, strict=True)]
+    moe = [abs(e) for e, c in zip(errors, everything, strict=True) if c.run.model.is_moe]
+    print(f"{'row':70s} {'published':>9s} {'lcmoe':>9s} {'err%':>7s}")
+    for c, p, e in zip(everything, predicted, errors, strict=True):
+        print(f"{c.name[:70]:70s} {c.published_tflops:9.0f} {p:9.0f} {e:+7.1f}")
+
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for c, p in zip(cases, predicted, strict=False):
+        groups.setdefault(c.group, []).append((c.published_tflops, p))
+    rhos = [spearman([a for a, _ in v], [b for _, b in v]) for v in groups.values() if len(v) >= 3]
+
+    lomo = None
+    if not args.evaluate:
+        from benchmarks.fit_time import by_family, fit_family
+
+        weighted, count = 0.0, 0
+        for name in sorted({c.model_name for c in everything}):
+            train = [c for c in everything if c.model_name != name]
+            held = [c for c in everything if c.model_name == name]
+            refit = {family: fit_family(rows) for family, rows in by_family(train).items()}
+            for family in coefficients:
+                refit.setdefault(family, coefficients[family])
+            held_pred = predictions(held, refit)
+            err = statistics.mean(abs(p / c.published_tflops - 1) * 100 for p, c in zip(held_pred, held, strict=True))
+            print(f"  leave out {name:18s} n={len(held):3d} MAPE {err:6.2f}%")
+            weighted += err * len(held)
+            count += len(held)
+        lomo = weighted / count
+
+    lc_rows = [
+        {
+            "row": c.name,
+            "seq_len": c.run.options.seq_len,
+            "published": c.published_tflops,
+            "predicted": p,
+            "err_pct": 100 * (p / c.published_tflops - 1),
+        }
+        for c, p in zip(everything, predicted, strict=True)
+        if c in long_context
+    ]
+    print("\nlong-context series (model TFLOP/s/GPU):")
+    for row in lc_rows:
+        print(
+            f"  {row['row']:42s} published {row['published']:6.0f}  lcmoe {row['predicted']:6.0f}  "
+            f"{row['err_pct']:+6.1f}%"
+        )
+    mape = statistics.mean(abs(e) for e in errors)
+    mape_moe = statistics.mean(moe) if moe else 0.0
+    print(
+        f"\nrows {len(everything)} (skipped {len(skipped)}): MAPE {mape:.2f}%  MoE MAPE {mape_moe:.2f}% "
+        f"(n={len(moe)})"
+        + (f"  leave-one-model-out MAPE {lomo:.2f}%" if lomo is not None else "")
+        + f"  Spearman mean {statistics.mean(rhos) if rhos else float('nan'):.2f} over {len(rhos)} groups"
+    )
+    if args.json_out:
+        write_json(
+            args.json_out,
+            {
+                "n": len(everything),
+                "mape": mape,
+                "mape_moe": mape_moe,
+                "lomo_mape": lomo,
+                "spearman_mean": statistics.mean(rhos) if rhos else None,
+                "long_context": lc_rows,
+                "skipped": skipped,
+                "mode": "evaluate" if args.evaluate else "refit",
+            },
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

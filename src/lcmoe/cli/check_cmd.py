@@ -1,0 +1,137 @@
+"""`lcmoe check FILE|-`: legality, memory verdict, time estimate and every LC-* rule for an
+existing config — Megatron-LM arguments, Bridge KEY=VALUE overrides, or a Bridge YAML dump.
+
+Exit codes: 0 clean, 1 warnings (including OOM risk), 2 errors (illegal or unreadable)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from lcmoe.cli import run_options as ro
+from lcmoe.cli.common import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, print_json, resolve_hardware, stdout
+from lcmoe.errors import LcmoeError
+
+MAX_INPUT_BYTES = 16 * 1024 * 1024
+
+
+def read_input(source: str) -> str:
+    if source == "-":
+        text = sys.stdin.read(MAX_INPUT_BYTES + 1)
+    else:
+        path = Path(source)
+        try:
+            if path.stat().st_size > MAX_INPUT_BYTES:
+                raise LcmoeError("FILE", source, "is larger than 16 MiB", "pass the config, not a log")
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise LcmoeError("FILE", source, f"cannot be read ({exc.__class__.__name__})", "check the path") from None
+    if len(text) > MAX_INPUT_BYTES:
+        raise LcmoeError("FILE", source, "is larger than 16 MiB", "pass the config, not a log")
+    return text
+
+
+def detect_format(text: str) -> str:
+    stripped = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    if any(tok.startswith("--") for line in stripped for tok in line.split()):
+        return "megatron-args"
+    if stripped and all("=" in line and ":" not in line.split("=", 1)[0] for line in stripped):
+        return "overrides"
+    return "yaml"
+
+
+def parse_run(text: str, *, model: str | None, gpu: str, gpus: int, seq_len: str | None, hardware: Any) -> Any:
+    from lcmoe.cli.common import resolve_model
+    from lcmoe.config_io.bridge import flatten, run_from_overrides
+    from lcmoe.config_io.megatron_args import layout_from_args, options_from_args, parse_megatron_args, tokenize_args
+    from lcmoe.run import RunConfig
+    from lcmoe.units import parse_token_count
+
+    fmt = detect_format(text)
+    if fmt == "megatron-args":
+        if model is None:
+            parsed = parse_megatron_args(text, world_size=gpus)
+            return fmt, RunConfig(parsed.model, hardware, parsed.layout, parsed.options)
+        # The architecture comes from --model; the arguments give layout and options only.
+        spec = resolve_model(model)
+        args = tokenize_args(text)
+        layout = layout_from_args(args, world_size=gpus, num_layers=spec.num_layers)
+        return fmt, RunConfig(spec, hardware, layout, options_from_args(args))
+    if model is None:
+        raise LcmoeError(
+            "--model", None, "is needed for Bridge overrides/YAML (the recipe's model)", "e.g. --model deepseek-v3"
+        )
+    spec = resolve_model(model)
+    if fmt == "overrides":
+        import yaml
+
+        values: dict[str, Any] = {}
+        for line in text.splitlines():
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            key, _, raw = line.partition("=")
+            try:
+                values[key.strip().lstrip("+")] = yaml.safe_load(raw) if raw.strip() else None
+            except yaml.YAMLError:
+                values[key.strip()] = raw.strip()
+    else:
+        from lcmoe.catalog import read_yaml_text
+
+        values = flatten(read_yaml_text(text, origin="config YAML"))
+    seq = parse_token_count(seq_len) if seq_len else None
+    return fmt, run_from_overrides(values, model=spec, hardware=hardware, num_gpus=gpus, seq_len=seq)
+
+
+def check(
+    source: str = typer.Argument(..., help="config file, or - for standard input"),
+    model: str = typer.Option(None, "--model", "-m", help="model (needed for Bridge overrides/YAML)"),
+    gpu: str = ro.GPU,
+    gpus: int = ro.GPUS,
+    seq_len: str = typer.Option(None, "--seq-len", "-s", help="if the config does not set it"),
+    megatron_core_version: str = typer.Option("0.19.2", "--megatron-core-version"),
+    hardware_file: Path = ro.HW_FILE,
+    hw: list[str] = ro.HW_SET,
+    json_output: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """Check an existing config: legality with fixes, the memory verdict, the time estimate and the LC-* rules."""
+    from lcmoe.estimate.report import estimate_run
+    from lcmoe.rules.advice import advise
+    from lcmoe.rules.legality import violations
+
+    hardware = resolve_hardware(gpu, hardware_file=hardware_file, overrides=hw)
+    fmt, run = parse_run(read_input(source), model=model, gpu=gpu, gpus=gpus, seq_len=seq_len, hardware=hardware)
+    errors = [v.as_dict() for v in violations(run, megatron_core_version=megatron_core_version)]
+    advice = [a.as_dict() for a in advise(run)]
+    result: dict[str, Any] = {"format": fmt, "errors": errors, "advice": advice}
+    if not errors:
+        result.update(estimate_run(run))
+    warnings = [a for a in advice if a["severity"] in ("warn", "error")]
+    if errors:
+        code = EXIT_BAD_INPUT
+    elif warnings or not result["memory"]["fits"]:
+        code = EXIT_FINDINGS
+    else:
+        code = EXIT_OK
+    result["exit_code"] = code
+    if json_output:
+        print_json(result)
+    else:
+        _render(result)
+    raise typer.Exit(code)
+
+
+def _render(result: dict[str, Any]) -> None:
+    from lcmoe.cli.estimate_cmd import render_estimate
+
+    stdout.print(f"read as: {result['format']}")
+    for e in result["errors"]:
+        stdout.print(f"[red]error[/] [{e['rule']}] {e['message']} — fix: {e['fix']} ({e['source']})", highlight=False)
+    if not result["errors"]:
+        render_estimate(result)
+    for a in result["advice"]:
+        color = {"warn": "yellow", "error": "red"}.get(a["severity"], "cyan")
+        stdout.print(f"[{color}]{a['severity']}[/] [{a['rule']}] {a['text']}", highlight=False)

@@ -1,0 +1,227 @@
+"""Megatron Bridge configuration spellings (megatron-bridge-facts.md §1.2–1.4).
+
+Bridge quirks this module encodes: precision goes through ``mixed_precision`` (a registered
+recipe name), EP overlap through ``comm_overlap.*`` (``model.overlap_moe_expert_parallel_comm``
+is rewritten at start-up), dispatcher type and flex backend are set together, an explicit
+``model.pipeline_model_parallel_layout`` is written whenever layers do not split evenly, and
+``model.seq_length`` must equal ``dataset.seq_length``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lcmoe.errors import LcmoeError
+from lcmoe.layout import ParallelLayout
+from lcmoe.run import RunConfig, derive_dp
+from lcmoe.specs.hardware import HardwareSpec
+from lcmoe.specs.model import ModelSpec
+from lcmoe.workload import TrainingOptions
+
+MIXED_PRECISION = {
+    "bf16": "bf16_mixed",
+    "fp16": "fp16_mixed",
+    "fp8-tensorwise": "bf16_with_fp8_current_scaling_mixed",
+    "fp8-delayed": "bf16_with_fp8_delayed_scaling_mixed",
+    "fp8-blockwise": "bf16_with_fp8_subchannel_scaling_mixed",
+    "mxfp8": "bf16_with_mxfp8_mixed",
+    "nvfp4": "bf16_with_nvfp4_mixed",
+}
+PRECISION_OF_MIXED = {v: k for k, v in MIXED_PRECISION.items()} | {
+    v.replace("_", "-"): k for k, v in MIXED_PRECISION.items()
+}
+
+
+def overrides_from_run(run: RunConfig) -> dict[str, Any]:
+    """KEY=VALUE overrides for ``scripts/training/run_recipe.py`` that realise ``run``."""
+    lay, opt = run.layout, run.options
+    out: dict[str, Any] = {
+        "model.tensor_model_parallel_size": lay.tp,
+        "model.pipeline_model_parallel_size": lay.pp,
+        "model.virtual_pipeline_model_parallel_size": lay.vpp if lay.vpp > 1 else None,
+        "model.context_parallel_size": lay.cp,
+        "model.expert_model_parallel_size": lay.ep,
+        "model.expert_tensor_parallel_size": lay.etp,
+        "model.sequence_parallel": lay.sequence_parallel and lay.tp > 1,
+        "model.seq_length": opt.seq_len,
+        "dataset.seq_length": opt.seq_len,
+        "train.micro_batch_size": lay.mbs,
+        "train.global_batch_size": lay.gbs,
+        "mixed_precision": MIXED_PRECISION[opt.precision],
+    }
+    if lay.cp > 1:
+        out["model.cp_comm_type"] = lay.cp_comm_type
+    if lay.pipeline_layout:
+        # An explicit layout replaces VPP: Bridge infers VPP from the stage count.
+        out["model.pipeline_model_parallel_layout"] = lay.pipeline_layout
+        out["model.virtual_pipeline_model_parallel_size"] = None
+    if opt.recompute_granularity == "selective":
+        out["model.recompute_granularity"] = "selective"
+        out["model.recompute_modules"] = sorted(opt.recompute_modules)
+    elif opt.recompute_granularity == "full":
+        out["model.recompute_granularity"] = "full"
+        out["model.recompute_method"] = opt.recompute_method
+        out["model.recompute_num_layers"] = opt.recompute_num_layers
+    else:
+        out["model.recompute_granularity"] = None
+    if run.model.is_moe:
+        if opt.dispatcher in ("deepep", "hybridep"):
+            out["model.moe_token_dispatcher_type"] = "flex"
+            out["model.moe_flex_dispatcher_backend"] = opt.dispatcher
+        else:
+            out["model.moe_token_dispatcher_type"] = opt.dispatcher
+        out["comm_overlap.overlap_moe_expert_parallel_comm"] = opt.overlap_moe_expert_parallel_comm
+        if opt.overlap_moe_expert_parallel_comm:
+            out["model.moe_shared_expert_overlap"] = False
+    if opt.cuda_graph_scope:
+        if "full_iteration" in opt.cuda_graph_scope:
+            out["model.cuda_graph_impl"] = "local"
+            out["model.cuda_graph_scope"] = ["full_iteration"]
+            out["rerun_state_machine.check_for_nan_in_loss"] = False
+        else:
+            out["model.cuda_graph_impl"] = "transformer_engine"
+            out["model.cuda_graph_scope"] = sorted(opt.cuda_graph_scope)
+        out["model.use_te_rng_tracker"] = True
+        out["rng.te_rng_tracker"] = True
+    else:
+        out["model.cuda_graph_impl"] = "none"
+    out["ddp.use_distributed_optimizer"] = opt.distributed_optimizer
+    out["optimizer.use_distributed_optimizer"] = opt.distributed_optimizer
+    if opt.exp_avg_dtype != "fp32" or opt.main_grads_dtype != "fp32":
+        out["optimizer.use_precision_aware_optimizer"] = True
+        out["optimizer.main_grads_dtype"] = "bf16" if opt.main_grads_dtype == "bf16" else "fp32"
+        out["optimizer.exp_avg_dtype"] = opt.exp_avg_dtype
+        out["optimizer.exp_avg_sq_dtype"] = opt.exp_avg_dtype
+    if opt.optimizer_offload_fraction > 0:
+        out["optimizer.optimizer_cpu_offload"] = True
+        out["optimizer.optimizer_offload_fraction"] = opt.optimizer_offload_fraction
+        out["optimizer.overlap_cpu_optimizer_d2h_h2d"] = True
+    return out
+
+
+def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested YAML mapping → dotted keys (``model: {tensor_model_parallel_size: 2}`` →
+    ``model.tensor_model_parallel_size``)."""
+    if not isinstance(data, dict):
+        return {prefix: data} if prefix else {}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and not str(key).startswith("_"):
+            out.update(flatten(value, path))
+        else:
+            out[path] = value
+    return out
+
+
+def _get(values: dict[str, Any], key: str, default: Any = None) -> Any:
+    value = values.get(key, default)
+    return default if value in ("None", "null") else value
+
+
+def _int(values: dict[str, Any], key: str, default: int) -> int:
+    value = _get(values, key, default)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise LcmoeError(key, value, "must be a whole number", "fix the override") from None
+
+
+def _list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, list | tuple):
+        return [str(v) for v in value]
+    return [v for v in str(value).strip("[]").replace(",", " ").replace("'", " ").replace('"', " ").split() if v]
+
+
+def run_from_overrides(
+    values: dict[str, Any], *, model: ModelSpec, hardware: HardwareSpec, num_gpus: int, seq_len: int | None = None
+) -> RunConfig:
+    """The run a set of Bridge overrides (or a flattened YAML dump) describes."""
+    tp = _int(values, "model.tensor_model_parallel_size", 1)
+    pp = _int(values, "model.pipeline_model_parallel_size", 1)
+    cp = _int(values, "model.context_parallel_size", 1)
+    seq = _int(values, "model.seq_length", seq_len or 4096)
+    dataset_seq = _get(values, "dataset.seq_length")
+    if dataset_seq is not None and int(dataset_seq) != seq:
+        raise LcmoeError(
+            "dataset.seq_length",
+            dataset_seq,
+            f"must equal model.seq_length = {seq} (Bridge config.py:1644-1648)",
+            "set both to the same value",
+        )
+    layout_text = _get(values, "model.pipeline_model_parallel_layout")
+    vpp = _get(values, "model.virtual_pipeline_model_parallel_size")
+    if vpp is None and layout_text:
+        from lcmoe.layout import parse_pipeline_layout
+
+        vpp = max(len(parse_pipeline_layout(str(layout_text))) // pp, 1)
+    dp = derive_dp(num_gpus, tp=tp, cp=cp, pp=pp)
+    ep = _int(values, "model.expert_model_parallel_size", 1)
+    layout = ParallelLayout(
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        vpp=int(vpp or 1),
+        dp=dp,
+        ep=ep,
+        etp=_int(values, "model.expert_tensor_parallel_size", 1 if ep > 1 else tp),
+        mbs=_int(values, "train.micro_batch_size", 1),
+        gbs=_int(values, "train.global_batch_size", dp),
+        sequence_parallel=bool(_get(values, "model.sequence_parallel", tp > 1)) and tp > 1,
+        cp_comm_type=str(_get(values, "model.cp_comm_type", "p2p")),
+        pipeline_layout=str(layout_text) if layout_text else None,
+    )
+    mixed = str(_get(values, "mixed_precision", "bf16_mixed"))
+    precision = PRECISION_OF_MIXED.get(mixed)
+    if precision is None:
+        raise LcmoeError(
+            "mixed_precision",
+            mixed,
+            "is not a registered Bridge precision recipe",
+            f"use one of {', '.join(sorted(MIXED_PRECISION.values()))}",
+        )
+    granularity = _get(values, "model.recompute_granularity")
+    modules = _list(_get(values, "model.recompute_modules")) or (["core_attn"] if granularity == "selective" else [])
+    kind = str(_get(values, "model.moe_token_dispatcher_type", "alltoall"))
+    dispatcher = str(_get(values, "model.moe_flex_dispatcher_backend", "deepep")) if kind == "flex" else kind
+    impl = str(_get(values, "model.cuda_graph_impl", "none"))
+    scopes = frozenset(_list(_get(values, "model.cuda_graph_scope"))) if impl != "none" else frozenset()
+    if impl == "local" and not scopes:
+        scopes = frozenset({"full_iteration"})
+    aware = bool(_get(values, "optimizer.use_precision_aware_optimizer", False))
+    offload = (
+        float(_get(values, "optimizer.optimizer_offload_fraction", 1.0))
+        if _get(values, "optimizer.optimizer_cpu_offload", False)
+        else 0.0
+    )
+    options = TrainingOptions(
+        seq_len=seq,
+        precision=precision,
+        recompute_granularity=granularity if granularity in ("selective", "full") else "none",
+        recompute_modules=frozenset(modules) if granularity == "selective" else frozenset(),
+        recompute_method="block" if _get(values, "model.recompute_method") == "block" else "uniform",
+        recompute_num_layers=_int(values, "model.recompute_num_layers", 1),
+        dispatcher=dispatcher if dispatcher in ("alltoall", "allgather", "deepep", "hybridep") else "alltoall",
+        cuda_graph_scope=scopes,
+        overlap_moe_expert_parallel_comm=bool(_get(values, "comm_overlap.overlap_moe_expert_parallel_comm", False)),
+        distributed_optimizer=bool(_get(values, "ddp.use_distributed_optimizer", True)),
+        main_grads_dtype="bf16" if aware and _get(values, "optimizer.main_grads_dtype", "bf16") == "bf16" else "fp32",
+        exp_avg_dtype="bf16" if aware and _get(values, "optimizer.exp_avg_dtype", "bf16") == "bf16" else "fp32",
+        optimizer_offload_fraction=offload,
+    )
+    return RunConfig(model, hardware, layout, options)
+
+
+def format_override_value(value: Any) -> str:
+    """Hydra/OmegaConf spelling: null, true/false, [a,b] lists, plain numbers and strings."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(str(v) for v in value) + "]"
+    return str(value)

@@ -1,0 +1,95 @@
+"""Slurm and NeMo-Run launchers. Every user-provided string is shell-quoted (shlex.quote);
+container image, mounts and a pip index/registry mirror are parameters for air-gapped sites."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from lcmoe.config_io.bridge import format_override_value, overrides_from_run
+from lcmoe.emit.environment import environment
+from lcmoe.run import RunConfig
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSettings:
+    job_name: str = "lcmoe"
+    container_image: str = "nvcr.io/nvidia/nemo:26.08"
+    mounts: tuple[str, ...] = ()
+    recipe: str = "deepseek_v3_pretrain_config"
+    account: str | None = None
+    partition: str | None = None
+    time_limit: str = "04:00:00"
+    pip_index_url: str | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+def override_args(run: RunConfig) -> list[str]:
+    return [f"{key}={format_override_value(value)}" for key, value in overrides_from_run(run).items()]
+
+
+def slurm_script(run: RunConfig, settings: LaunchSettings) -> str:
+    q = shlex.quote
+    gpus_per_node = run.hardware.gpus_per_node
+    nodes = -(-run.num_gpus // gpus_per_node)
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={q(settings.job_name)}",
+        f"#SBATCH --nodes={nodes}",
+        f"#SBATCH --ntasks-per-node={gpus_per_node}",
+        f"#SBATCH --gpus-per-node={gpus_per_node}",
+        f"#SBATCH --time={q(settings.time_limit)}",
+        "#SBATCH --exclusive",
+    ]
+    if settings.account:
+        lines.append(f"#SBATCH --account={q(settings.account)}")
+    if settings.partition:
+        lines.append(f"#SBATCH --partition={q(settings.partition)}")
+    lines += ["set -euo pipefail", ""]
+    for name, (value, reason) in environment(run).items():
+        lines.append(f"# {reason}")
+        lines.append(f"export {name}={q(value)}")
+    for name, value in settings.extra_env.items():
+        if not name.isidentifier():
+            raise ValueError(f"environment variable name {name!r} is not a valid identifier")
+        lines.append(f"export {name}={q(value)}")
+    if settings.pip_index_url:
+        lines.append(f"export PIP_INDEX_URL={q(settings.pip_index_url)}")
+    mounts = ",".join(settings.mounts)
+    srun = ["srun", f"--container-image={settings.container_image}"]
+    if mounts:
+        srun.append(f"--container-mounts={mounts}")
+    command = [*srun, "python", "scripts/training/run_recipe.py", "--recipe", settings.recipe, *override_args(run)]
+    lines += ["", " \\\n  ".join(q(part) for part in command), ""]
+    return "\n".join(lines)
+
+
+def nemo_run_script(run: RunConfig, settings: LaunchSettings) -> str:
+    """A NeMo-Run script; values are embedded as Python literals (repr), never as shell text."""
+    overrides = override_args(run)
+    env = {name: value for name, (value, _) in environment(run).items()} | dict(settings.extra_env)
+    gpus_per_node = run.hardware.gpus_per_node
+    nodes = -(-run.num_gpus // gpus_per_node)
+    return f'''"""NeMo-Run launcher written by lcmoe (edit executor settings for your cluster)."""
+import nemo_run as run
+
+ENV = {env!r}
+OVERRIDES = {overrides!r}
+
+executor = run.SlurmExecutor(
+    account={settings.account!r},
+    partition={settings.partition!r},
+    nodes={nodes},
+    ntasks_per_node={gpus_per_node},
+    gpus_per_node={gpus_per_node},
+    container_image={settings.container_image!r},
+    container_mounts={list(settings.mounts)!r},
+    time={settings.time_limit!r},
+    env_vars=ENV,
+    tunnel=run.LocalTunnel(job_dir="./nemo_run_jobs"),
+)
+script = run.Script(path="scripts/training/run_recipe.py", args=["--recipe", {settings.recipe!r}, *OVERRIDES])
+
+if __name__ == "__main__":
+    run.run(script, executor=executor, name={settings.job_name!r})
+'''

@@ -1,0 +1,90 @@
+"""The same run as Megatron-LM ``pretrain_gpt.py`` arguments (flag spellings of
+megatron/training/arguments.py)."""
+
+from __future__ import annotations
+
+from lcmoe.run import RunConfig
+
+_FP8_RECIPE = {"fp8-tensorwise": "tensorwise", "fp8-delayed": "delayed", "fp8-blockwise": "blockwise", "mxfp8": "mxfp8"}
+
+
+def megatron_lm_args(run: RunConfig) -> list[str]:
+    lay, opt, model = run.layout, run.options, run.model
+    args = [
+        f"--tensor-model-parallel-size={lay.tp}",
+        f"--pipeline-model-parallel-size={lay.pp}",
+        f"--context-parallel-size={lay.cp}",
+        f"--expert-model-parallel-size={lay.ep}",
+        f"--expert-tensor-parallel-size={lay.etp}",
+        f"--micro-batch-size={lay.mbs}",
+        f"--global-batch-size={lay.gbs}",
+        f"--seq-length={opt.seq_len}",
+        f"--max-position-embeddings={opt.seq_len}",
+        "--bf16",
+        "--use-distributed-optimizer",
+        "--overlap-grad-reduce",
+        "--overlap-param-gather",
+        # lcmoe's memory plan assumes no dropout masks (the MoE recipes train without dropout).
+        "--hidden-dropout=0.0",
+        "--attention-dropout=0.0",
+    ]
+    if lay.sequence_parallel and lay.tp > 1:
+        args.append("--sequence-parallel")
+    if lay.cp > 1:
+        args.append(f"--cp-comm-type={lay.cp_comm_type}")
+    if lay.pipeline_layout:
+        args.append(f"--pipeline-model-parallel-layout={lay.pipeline_layout}")
+    elif lay.vpp > 1:
+        args.append(f"--num-virtual-stages-per-pipeline-rank={lay.vpp}")
+    if opt.precision in _FP8_RECIPE:
+        args += [
+            "--fp8-format=e4m3" if opt.precision in ("mxfp8", "fp8-blockwise") else "--fp8-format=hybrid",
+            f"--fp8-recipe={_FP8_RECIPE[opt.precision]}",
+        ]
+    elif opt.precision == "nvfp4":
+        args += ["--fp4-format=e2m1", "--fp4-recipe=nvfp4"]
+    if opt.recompute_granularity == "selective":
+        args += ["--recompute-granularity=selective", "--recompute-modules", *sorted(opt.recompute_modules)]
+    elif opt.recompute_granularity == "full":
+        args += [
+            "--recompute-granularity=full",
+            f"--recompute-method={opt.recompute_method}",
+            f"--recompute-num-layers={opt.recompute_num_layers}",
+        ]
+    if model.is_moe:
+        args += [
+            f"--num-experts={model.num_moe_experts}",
+            f"--moe-router-topk={model.moe_router_topk}",
+            "--moe-grouped-gemm",
+            "--moe-router-dtype=fp32",
+        ]
+        if opt.dispatcher in ("deepep", "hybridep"):
+            args += ["--moe-token-dispatcher-type=flex", f"--moe-flex-dispatcher-backend={opt.dispatcher}"]
+        else:
+            args.append(f"--moe-token-dispatcher-type={opt.dispatcher}")
+        if opt.overlap_moe_expert_parallel_comm:
+            args.append("--overlap-moe-expert-parallel-comm")
+    if opt.cuda_graph_scope:
+        if "full_iteration" in opt.cuda_graph_scope:
+            args += ["--cuda-graph-impl=local", "--cuda-graph-scope=full_iteration"]
+        else:
+            args += [
+                "--cuda-graph-impl=transformer_engine",
+                "--cuda-graph-scope",
+                *sorted(opt.cuda_graph_scope),
+                "--te-rng-tracker",
+            ]
+    if opt.exp_avg_dtype != "fp32" or opt.main_grads_dtype != "fp32":
+        args += [
+            "--use-precision-aware-optimizer",
+            f"--main-grads-dtype={opt.main_grads_dtype}",
+            f"--exp-avg-dtype={opt.exp_avg_dtype}",
+            f"--exp-avg-sq-dtype={opt.exp_avg_dtype}",
+        ]
+    if opt.optimizer_offload_fraction > 0:
+        args += [
+            "--optimizer-cpu-offload",
+            f"--optimizer-offload-fraction={opt.optimizer_offload_fraction}",
+            "--overlap-cpu-optimizer-d2h-h2d",
+        ]
+    return args

@@ -1,0 +1,459 @@
+"""Search every legal layout, prune by memory, rank by predicted tokens/s/GPU.
+
+Stages (one way): enumerate parallel layouts (TP, CP, EP, ETP, PP, VPP, MBS, GBS) → legality
+(rules.legality) → a model-state lower bound (cheap) → for each surviving layout and precision,
+the recompute ladder (none → narrow selective sets → full) × optimizer offload fractions
+{0, .25, .5, .75, 1} until memory fits, since memory falls and time rises along both → then
+dispatcher, CUDA-graph scope and EP-overlap variants of the fitting option set → rank.
+
+The result keeps the Pareto front (memory vs throughput), a diverse top-k (one plan per
+parallel layout) and a conservative fallback with more headroom.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+
+from lcmoe.errors import LcmoeError
+from lcmoe.estimate.memory import MemoryEstimate, estimate_memory, model_state_bytes, stage_params_per_gpu
+from lcmoe.estimate.time import TimeEstimate, estimate_time
+from lcmoe.layout import ParallelLayout, auto_pipeline_layout, layers_split_evenly, pipeline_stages
+from lcmoe.rules.advice import Advice, advise, suggested_cp
+from lcmoe.rules.legality import violations
+from lcmoe.run import RunConfig
+from lcmoe.specs.hardware import HardwareSpec
+from lcmoe.specs.model import ModelSpec
+from lcmoe.workload import TrainingOptions
+
+OFFLOAD_FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRequest:
+    model: ModelSpec
+    hardware: HardwareSpec
+    num_gpus: int
+    seq_len: int
+    gbs: int | None = None
+    precisions: tuple[str, ...] | None = None
+    dispatchers: tuple[str, ...] | None = None
+    memory_margin: float = 0.05
+    top_k: int = 5
+    megatron_core_version: str = "0.19.2"
+    allow_offload: bool = True
+    allow_cuda_graphs: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    run: RunConfig
+    memory: MemoryEstimate
+    time: TimeEstimate
+    reasons: tuple[Advice, ...] = ()
+
+    @property
+    def tokens_per_sec_per_gpu(self) -> float:
+        return self.time.tokens_per_sec_per_gpu
+
+    def as_dict(self) -> dict[str, object]:
+        lay, opt = self.run.layout, self.run.options
+        return {
+            "layout": {
+                "tp": lay.tp,
+                "cp": lay.cp,
+                "ep": lay.ep,
+                "etp": lay.etp,
+                "pp": lay.pp,
+                "vpp": lay.vpp,
+                "dp": lay.dp,
+                "edp": lay.edp,
+                "mbs": lay.mbs,
+                "gbs": lay.gbs,
+                "ga": lay.num_microbatches,
+                "cp_comm_type": lay.cp_comm_type,
+                "sequence_parallel": lay.sequence_parallel,
+                "pipeline_layout": lay.pipeline_layout,
+            },
+            "recompute": {
+                "granularity": opt.recompute_granularity,
+                "modules": sorted(opt.recompute_modules),
+                "method": opt.recompute_method if opt.recompute_granularity == "full" else None,
+                "num_layers": opt.recompute_num_layers if opt.recompute_granularity == "full" else None,
+            },
+            "precision": opt.precision,
+            "dispatcher": opt.dispatcher,
+            "cuda_graph_scope": sorted(opt.cuda_graph_scope),
+            "overlap_moe_expert_parallel_comm": opt.overlap_moe_expert_parallel_comm,
+            "optimizer_offload_fraction": opt.optimizer_offload_fraction,
+            "precision_aware_optimizer": opt.exp_avg_dtype == "bf16",
+            "memory": self.memory.as_dict(),
+            "time": self.time.as_dict(),
+            "reasons": [{"rule": a.rule, "text": a.text} for a in self.reasons],
+        }
+
+
+@dataclass(slots=True)
+class SearchResult:
+    plans: list[Plan]
+    fallback: Plan | None
+    pareto: list[Plan]
+    searched: int
+    legal: int
+    fit: int
+    closest: Plan | None = None
+    min_gpus_needed: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+# ----- enumeration ---------------------------------------------------------------------------
+def _powers_of_two(limit: int) -> list[int]:
+    return [2**i for i in range(int(math.log2(max(limit, 1))) + 1)]
+
+
+def tp_candidates(model: ModelSpec, hardware: HardwareSpec) -> list[int]:
+    """TP inside one node (NVLink domain capped at 8 per the guidance) dividing heads and groups."""
+    limit = min(8, hardware.nvlink_domain_size)
+    out = []
+    for tp in _powers_of_two(limit):
+        if model.num_attention_heads % tp:
+            continue
+        g = model.query_groups
+        if not model.multi_latent_attention and g % tp and tp % g:
+            continue
+        out.append(tp)
+    return out
+
+
+def cp_candidates(seq_len: int) -> list[int]:
+    """Powers of two with seq % (2·CP) == 0, at least 1K tokens per CP rank, and no more than 8×
+    below the guidance's starting guess seq/4096 (LC-CP-START): smaller CP leaves each rank with
+    8× the activations of the guess, which the memory prune removes anyway."""
+    floor = max(1, suggested_cp(seq_len) // 8)
+    return [
+        cp for cp in _powers_of_two(max(seq_len // 1024, 1)) if cp >= floor and (cp == 1 or seq_len % (2 * cp) == 0)
+    ]
+
+
+def ep_candidates(model: ModelSpec) -> list[int]:
+    experts = model.num_moe_experts or 1
+    return [ep for ep in _powers_of_two(experts) if experts % ep == 0] or [1]
+
+
+def pp_candidates(model: ModelSpec) -> list[int]:
+    return [pp for pp in _powers_of_two(min(model.num_layers, 32))]
+
+
+def vpp_candidates(model: ModelSpec, pp: int) -> list[int]:
+    if pp == 1:
+        return [1]
+    return [v for v in (1, 2, 4, 8) if model.num_layers // (pp * v) >= 2]
+
+
+def default_gbs(dp: int, mbs: int, pp: int, vpp: int, requested: int | None) -> int:
+    """The user's GBS rounded to the nearest legal multiple of MBS·DP (·PP with VPP) — the
+    LC-GBS-SHRINK rule — or, when none is given, GA = 4·PP (8 without PP) to keep the bubble
+    (PP − 1)/(VPP·GA) small."""
+    unit = mbs * dp * (pp if vpp > 1 else 1)
+    if requested:
+        return max(unit, round(requested / unit) * unit)
+    ga = 4 * pp if pp > 1 else 8
+    return mbs * dp * ga
+
+
+def enumerate_layouts(request: PlanRequest) -> Iterator[ParallelLayout]:
+    model, hw, gpus, seq = request.model, request.hardware, request.num_gpus, request.seq_len
+    for tp in tp_candidates(model, hw):
+        for cp in cp_candidates(seq):
+            for pp in pp_candidates(model):
+                if gpus % (tp * cp * pp):
+                    continue
+                dp = gpus // (tp * cp * pp)
+                for vpp in vpp_candidates(model, pp):
+                    layout_text = None
+                    if pp * vpp > 1 and not layers_split_evenly(model, pp, vpp):
+                        layout_text = auto_pipeline_layout(model, pp, vpp)
+                        if layout_text is None:
+                            continue
+                    for ep in ep_candidates(model):
+                        if gpus % (ep * pp):
+                            continue
+                        for mbs in (1, 2) if seq <= 8192 else (1,):
+                            yield ParallelLayout(
+                                tp=tp,
+                                cp=cp,
+                                ep=ep,
+                                etp=1,
+                                pp=pp,
+                                vpp=vpp,
+                                dp=dp,
+                                mbs=mbs,
+                                gbs=default_gbs(dp, mbs, pp, vpp, request.gbs),
+                                sequence_parallel=tp > 1,
+                                pipeline_layout=layout_text,
+                            )
+
+
+def recompute_ladder(model: ModelSpec) -> list[tuple[str, frozenset[str]]]:
+    """None, then the guidance's selective sets narrowest first (LC-RECOMPUTE-SELECTIVE), then full."""
+    ladder: list[tuple[str, frozenset[str]]] = [("none", frozenset())]
+    sets: list[set[str]] = []
+    if model.is_moe:
+        sets.append({"moe_act"})
+        sets.append({"moe_act", "layernorm"})
+    else:
+        sets.append({"layernorm"})
+    if model.multi_latent_attention:
+        sets.append({"mla_up_proj", "layernorm"} | ({"moe_act"} if model.is_moe else set()))
+    widest = {"layernorm", "mlp"} | ({"mla_up_proj"} if model.multi_latent_attention else set())
+    if model.is_moe:
+        sets.append(widest | {"moe_act"})
+        sets.append(widest | {"moe"})
+    else:
+        sets.append(widest)
+    seen: list[frozenset[str]] = []
+    for s in sets:
+        f = frozenset(s)
+        if f not in seen:
+            seen.append(f)
+            ladder.append(("selective", f))
+    ladder.append(("full", frozenset()))
+    return ladder
+
+
+def precisions_for(request: PlanRequest) -> tuple[str, ...]:
+    if request.precisions:
+        return request.precisions
+    if request.hardware.supports("mxfp8"):
+        return ("bf16", "mxfp8")
+    if request.hardware.supports("fp8"):
+        return ("bf16", "fp8-blockwise")
+    return ("bf16",)
+
+
+def dispatchers_for(request: PlanRequest) -> tuple[str, ...]:
+    if request.dispatchers:
+        return request.dispatchers
+    if not request.model.is_moe:
+        return ("alltoall",)
+    if request.hardware.nvlink_domain_size > 8:
+        return ("alltoall", "hybridep")
+    return ("alltoall", "deepep", "hybridep")
+
+
+def base_options(request: PlanRequest, precision: str) -> TrainingOptions:
+    """Bridge perf-recipe defaults: distributed + precision-aware optimizer (BF16 main grads and
+    moments), expandable segments, alltoall dispatcher."""
+    return TrainingOptions(
+        seq_len=request.seq_len,
+        precision=precision,
+        main_grads_dtype="bf16",
+        exp_avg_dtype="bf16",
+        dispatcher="alltoall",
+    )
+
+
+def _fits(memory: MemoryEstimate, margin: float) -> bool:
+    return memory.fits(margin)
+
+
+def static_lower_bound_fits(run: RunConfig, margin: float) -> bool:
+    """Cheap prune: weights + grads + the GPU share of the optimizer with everything offloaded
+    must already fit, or no recompute or offload can save the layout."""
+    capacity = (1 - margin) * run.hardware.hbm_bytes
+    offloaded = replace(run.options, optimizer_offload_fraction=1.0)
+    for stage in pipeline_stages(run.model, run.layout):
+        params = stage_params_per_gpu(run.model, run.layout, stage)
+        state = model_state_bytes(params, run.layout, offloaded)
+        if state.weights + state.gradients > capacity:
+            return False
+    return True
+
+
+def _variants(request: PlanRequest, run: RunConfig) -> Iterator[RunConfig]:
+    """Dispatcher × CUDA graphs × EP overlap around a fitting option set."""
+    graph_choices: list[frozenset[str]] = [frozenset()]
+    if request.allow_cuda_graphs and run.options.recompute_granularity != "full":
+        scope = {"attn", "moe_router", "moe_preprocess"} if run.model.is_moe else {"attn"}
+        if run.options.recomputes("moe"):
+            scope -= {"moe_router", "moe_preprocess"}
+        graph_choices.append(frozenset(scope))
+    for dispatcher in dispatchers_for(request):
+        for graphs in graph_choices:
+            for overlap in (False, True) if run.model.is_moe and run.layout.ep > 1 else (False,):
+                yield replace(
+                    run,
+                    options=replace(
+                        run.options,
+                        dispatcher=dispatcher,
+                        cuda_graph_scope=graphs,
+                        overlap_moe_expert_parallel_comm=overlap,
+                    ),
+                )
+
+
+def search(request: PlanRequest, progress: Callable[[int, int], None] | None = None) -> SearchResult:
+    """The full search; see the module docstring."""
+    if request.num_gpus < 1:
+        raise LcmoeError("--gpus", request.num_gpus, "must be at least 1", "e.g. --gpus 64")
+    layouts = list(enumerate_layouts(request))
+    searched = legal = 0
+    evaluated: list[Plan] = []
+    over: list[Plan] = []
+    for index, layout in enumerate(layouts):
+        if progress:
+            progress(index, len(layouts))
+        for precision in precisions_for(request):
+            options = base_options(request, precision)
+            run = RunConfig(request.model, request.hardware, layout, options)
+            searched += 1
+            if violations(run, megatron_core_version=request.megatron_core_version):
+                continue
+            legal += 1
+            if not static_lower_bound_fits(run, request.memory_margin):
+                continue
+            fitted = _first_fitting(request, run)
+            if fitted is None:
+                if len(over) < 64:  # enough to name the closest plan when nothing fits
+                    memory = estimate_memory(run.model, run.hardware, run.layout, run.options)
+                    over.append(Plan(run, memory, estimate_time(run)))
+                continue
+            best_variant: Plan | None = None
+            for variant in _variants(request, fitted):
+                if violations(variant, megatron_core_version=request.megatron_core_version):
+                    continue
+                memory = estimate_memory(variant.model, variant.hardware, variant.layout, variant.options)
+                if not _fits(memory, request.memory_margin):
+                    continue
+                plan = Plan(variant, memory, estimate_time(variant))
+                if best_variant is None or plan.tokens_per_sec_per_gpu > best_variant.tokens_per_sec_per_gpu:
+                    best_variant = plan
+            if best_variant is not None:
+                evaluated.append(best_variant)
+    if progress:
+        progress(len(layouts), len(layouts))
+    evaluated.sort(key=lambda p: -p.tokens_per_sec_per_gpu)
+    top = _diverse_top(evaluated, request.top_k)
+    result = SearchResult(
+        plans=[_explained(p, evaluated) for p in top],
+        fallback=None,
+        pareto=pareto_front(evaluated),
+        searched=searched,
+        legal=legal,
+        fit=len(evaluated),
+    )
+    if evaluated:
+        result.fallback = _explained(conservative_fallback(evaluated, request), evaluated)
+    else:
+        result.closest = min(over, key=lambda p: p.memory.peak_reserved_bytes - p.memory.capacity_bytes, default=None)
+    return result
+
+
+def _first_fitting(request: PlanRequest, run: RunConfig) -> RunConfig | None:
+    """The cheapest (recompute, offload) pair that fits. Per rung of the recompute ladder the
+    needed offload fraction is solved from the optimizer bytes (memory falls linearly with it),
+    rounded up to {0, .25, .5, .75, 1} and verified; the first rung that fits without offload
+    ends the climb, and among the (at most two) fitting rungs the faster one wins."""
+    stages = pipeline_stages(run.model, run.layout)
+    capacity = (1 - request.memory_margin) * run.hardware.hbm_bytes
+    candidates: list[RunConfig] = []
+    for granularity, modules in recompute_ladder(run.model):
+        options = replace(
+            run.options,
+            recompute_granularity=granularity,
+            recompute_modules=modules,  # type: ignore[arg-type]
+            optimizer_offload_fraction=0.0,
+        )
+        trial = replace(run, options=options)
+        if violations(trial, megatron_core_version=request.megatron_core_version):
+            continue
+        memory = estimate_memory(trial.model, trial.hardware, trial.layout, trial.options, stages=stages)
+        fraction = 0.0
+        if not _fits(memory, request.memory_margin):
+            if not request.allow_offload:
+                continue
+            excess = max(s.peak_reserved - capacity for s in memory.stages)
+            optimizer = min(s.optimizer for s in memory.stages if s.peak_reserved > capacity)
+            if optimizer <= 0 or excess > optimizer * 1.1:
+                continue
+            fraction = next((f for f in OFFLOAD_FRACTIONS if f * optimizer * 1.05 >= excess), 1.0)
+            trial = replace(trial, options=replace(options, optimizer_offload_fraction=fraction))
+            memory = estimate_memory(trial.model, trial.hardware, trial.layout, trial.options, stages=stages)
+            if not _fits(memory, request.memory_margin):
+                if fraction == 1.0:
+                    continue
+                trial = replace(trial, options=replace(options, optimizer_offload_fraction=1.0))
+                memory = estimate_memory(trial.model, trial.hardware, trial.layout, trial.options, stages=stages)
+                if not _fits(memory, request.memory_margin):
+                    continue
+        candidates.append(trial)
+        if fraction == 0.0 or len(candidates) >= 2:
+            break
+    if not candidates:
+        return None
+    return max(candidates, key=lambda r: estimate_time(r).tokens_per_sec_per_gpu)
+
+
+def _parallel_key(plan: Plan) -> tuple[int, ...]:
+    lay = plan.run.layout
+    return (lay.tp, lay.cp, lay.pp, lay.ep)
+
+
+def _diverse_top(plans: list[Plan], k: int) -> list[Plan]:
+    """Best plan per parallel layout (TP, CP, PP, EP), highest throughput first."""
+    seen: set[tuple[int, ...]] = set()
+    out = []
+    for plan in plans:
+        key = _parallel_key(plan)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(plan)
+        if len(out) == k:
+            break
+    return out
+
+
+def pareto_front(plans: list[Plan]) -> list[Plan]:
+    """Plans not beaten on both peak memory (lower) and throughput (higher)."""
+    front: list[Plan] = []
+    for plan in sorted(plans, key=lambda p: (p.memory.peak_reserved_bytes, -p.tokens_per_sec_per_gpu)):
+        if not front or plan.tokens_per_sec_per_gpu > front[-1].tokens_per_sec_per_gpu:
+            front.append(plan)
+    return front
+
+
+def conservative_fallback(plans: list[Plan], request: PlanRequest) -> Plan:
+    """The fastest plan that leaves ≥ 20% of the GPU free (rollback when the first OOMs or
+    misbehaves), else the one with the most headroom."""
+    roomy = [p for p in plans if p.memory.peak_reserved_bytes <= 0.8 * p.memory.capacity_bytes]
+    if roomy:
+        return max(roomy, key=lambda p: p.tokens_per_sec_per_gpu)
+    return min(plans, key=lambda p: p.memory.peak_reserved_bytes)
+
+
+def _explained(plan: Plan, all_plans: list[Plan]) -> Plan:
+    reasons = list(advise(plan.run))
+    best = all_plans[0].tokens_per_sec_per_gpu if all_plans else plan.tokens_per_sec_per_gpu
+    if plan.tokens_per_sec_per_gpu < 0.7 * best:
+        reasons.append(
+            Advice(
+                "LC-FIT-ONLY",
+                "warn",
+                f"fits but predicts {plan.tokens_per_sec_per_gpu:.0f} tokens/s/GPU, "
+                f"{100 * (1 - plan.tokens_per_sec_per_gpu / best):.0f}% below the best legal plan",
+            )
+        )
+    return replace(plan, reasons=tuple(reasons))
+
+
+def min_gpus_that_fit(request: PlanRequest, limit_factor: int = 16) -> int | None:
+    """The smallest GPU count (doubling from the request) for which some plan fits."""
+    gpus = request.num_gpus * 2
+    while gpus <= request.num_gpus * limit_factor:
+        result = search(replace(request, num_gpus=gpus, top_k=1))
+        if result.plans:
+            return gpus
+        gpus *= 2
+    return None

@@ -1,0 +1,296 @@
+"""Hard Megatron constraints as data: each rule has an id, a check, the source (file:line, from
+megatron-bridge-facts.md §2) and a concrete fix. ``violations(run)`` returns every broken rule.
+
+A rule's ``check`` returns None when the run is legal, else the sentence saying what is wrong
+(with the numbers); the fix says what to change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from lcmoe.layout import layers_split_evenly, pipeline_stages
+from lcmoe.run import RunConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    rule: str
+    message: str
+    fix: str
+    source: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"rule": self.rule, "message": self.message, "fix": self.fix, "source": self.source}
+
+
+@dataclass(frozen=True, slots=True)
+class LegalityRule:
+    id: str
+    source: str
+    fix: str
+    check: Callable[[RunConfig], str | None]
+    min_megatron_core: str | None = None  # rule applies to releases below this version only
+
+
+def _world(r: RunConfig) -> str | None:
+    lay = r.layout
+    grid = lay.ep * lay.etp * lay.pp
+    if lay.world_size % grid:
+        return f"{lay.world_size} GPUs do not fold the expert grid EP·ETP·PP = {lay.ep}·{lay.etp}·{lay.pp} = {grid}"
+    return None
+
+
+def _experts(r: RunConfig) -> str | None:
+    experts = r.model.num_moe_experts
+    if r.layout.ep > 1 and not experts:
+        return f"EP = {r.layout.ep} on a dense model"
+    if experts and experts % r.layout.ep:
+        return f"{experts} experts do not split over EP = {r.layout.ep}"
+    return None
+
+
+def _heads(r: RunConfig) -> str | None:
+    n, tp = r.model.num_attention_heads, r.layout.tp
+    if n % tp:
+        return f"{n} attention heads do not split over TP = {tp}"
+    g = r.model.query_groups
+    if not r.model.multi_latent_attention and g % tp and tp % g:
+        return f"{g} query groups and TP = {tp}: neither divides the other"
+    return None
+
+
+def _bias_etp(r: RunConfig) -> str | None:
+    if r.model.is_moe and (r.model.add_bias_linear or r.model.moe_expert_bias) and r.layout.etp != 1:
+        return f"MoE with linear biases needs ETP = 1, got {r.layout.etp}"
+    return None
+
+
+def _gbs(r: RunConfig) -> str | None:
+    lay = r.layout
+    if lay.gbs % (lay.mbs * lay.dp):
+        return f"GBS {lay.gbs} is not a multiple of MBS·DP = {lay.mbs}·{lay.dp} = {lay.mbs * lay.dp}"
+    return None
+
+
+def _vpp(r: RunConfig) -> str | None:
+    lay = r.layout
+    if lay.vpp > 1:
+        if lay.pp == 1:
+            return "VPP > 1 needs PP > 1"
+        m = lay.num_microbatches
+        if m < lay.pp or m % lay.pp:
+            return f"with VPP the {m} microbatches per step must be a positive multiple of PP = {lay.pp}"
+    return None
+
+
+def _layers(r: RunConfig) -> str | None:
+    lay = r.layout
+    if lay.pipeline_layout:
+        try:
+            pipeline_stages(r.model, lay)
+        except Exception as exc:  # LcmoeError carries the sentence
+            return str(exc)
+        return None
+    if (lay.pp > 1 or lay.vpp > 1) and not layers_split_evenly(r.model, lay.pp, lay.vpp):
+        return f"{r.model.num_layers} layers do not split over PP·VPP = {lay.pp * lay.vpp}"
+    return None
+
+
+def _seq_cp(r: RunConfig) -> str | None:
+    s, cp = r.options.seq_len, r.layout.cp
+    if cp > 1 and s % (2 * cp):
+        return f"sequence {s} is not divisible by 2·CP = {2 * cp}"
+    return None
+
+
+def _seq_sp(r: RunConfig) -> str | None:
+    lay = r.layout
+    if lay.sequence_parallel and lay.tp > 1 and (r.options.seq_len // lay.cp) % lay.tp:
+        return f"the per-CP-rank sequence {r.options.seq_len // lay.cp} is not divisible by TP = {lay.tp}"
+    return None
+
+
+def _cp_a2a(r: RunConfig) -> str | None:
+    lay = r.layout
+    if lay.cp > 1 and lay.cp_comm_type == "a2a" and (r.model.num_attention_heads // lay.tp) % lay.cp:
+        return f"a2a CP needs the {r.model.num_attention_heads // lay.tp} heads per TP rank divisible by CP = {lay.cp}"
+    return None
+
+
+def _gdn_cp(r: RunConfig) -> str | None:
+    m, lay = r.model, r.layout
+    if m.linear_attention_type == "gdn":
+        size = lay.tp * lay.cp
+        if m.linear_num_key_heads % size or m.linear_num_value_heads % size:
+            return (
+                f"Gated DeltaNet heads ({m.linear_num_key_heads} key, {m.linear_num_value_heads} value) "
+                f"do not split over TP·CP = {size}"
+            )
+    return None
+
+
+def _gdn_cp_version(r: RunConfig) -> str | None:
+    if r.model.linear_attention_type == "gdn" and r.layout.cp > 1:
+        return "Gated DeltaNet with CP > 1 is refused by this Megatron-Core release"
+    return None
+
+
+def _dispatcher_gpu(r: RunConfig) -> str | None:
+    if r.options.dispatcher == "deepep" and r.hardware.nvlink_domain_size > 8:
+        return f"DeepEP is refused on {r.hardware.name} (NVL72); Bridge allows it on Hopper and B200/B300 only"
+    if r.options.dispatcher in ("deepep", "hybridep") and not r.model.is_moe:
+        return f"{r.options.dispatcher} dispatcher on a dense model"
+    return None
+
+
+def _offload(r: RunConfig) -> str | None:
+    if r.options.optimizer_offload_fraction > 0 and not r.options.distributed_optimizer:
+        return "optimizer CPU offload needs the distributed optimizer"
+    return None
+
+
+def _recompute_graphs(r: RunConfig) -> str | None:
+    scopes = r.options.cuda_graph_scope
+    if r.options.recompute_granularity == "full" and scopes and "full_iteration" not in scopes:
+        return "full recompute works only with full-iteration CUDA graphs, not TE-scoped ones"
+    if "moe_preprocess" in scopes and "moe_router" not in scopes:
+        return "CUDA-graph scope moe_preprocess needs moe_router"
+    if "moe" in scopes and "moe_router" in scopes:
+        return "CUDA-graph scopes moe and moe_router cannot be combined"
+    if r.options.recomputes("moe") and "moe_router" in scopes:
+        return "recomputing moe forbids the moe_router CUDA-graph scope (TE impl)"
+    return None
+
+
+def _recompute_modules(r: RunConfig) -> str | None:
+    if r.options.recomputes("mla_up_proj") and not r.model.multi_latent_attention:
+        return "mla_up_proj recompute needs multi-latent attention"
+    if r.options.recomputes("moe_act") and not r.model.is_moe:
+        return "moe_act recompute on a dense model"
+    if (r.options.recomputes("moe_act") or r.options.recomputes("layernorm")) and r.options.precision == "fp8-delayed":
+        return "moe_act/layernorm recompute cannot be used with delayed-scaling FP8"
+    return None
+
+
+def _ep_overlap(r: RunConfig) -> str | None:
+    o, lay = r.options, r.layout
+    if not o.overlap_moe_expert_parallel_comm:
+        return None
+    if lay.ep <= 1:
+        return "EP overlap needs EP > 1"
+    if lay.pp > 1 and lay.vpp == 1:
+        return "EP overlap with PP > 1 needs VPP"
+    if o.recompute_granularity == "full" or o.recomputes("moe"):
+        return "EP overlap forbids full recompute and moe recompute"
+    if r.model.mtp_num_layers > 1:
+        return "EP overlap needs MTP depth ≤ 1"
+    if o.cuda_graph_scope & {"moe", "mlp"}:
+        return "EP overlap forbids the moe and mlp CUDA-graph scopes"
+    return None
+
+
+def _precision(r: RunConfig) -> str | None:
+    if not r.hardware.supports(r.options.tensor_core_precision):
+        return f"{r.hardware.name} has no {r.options.tensor_core_precision} tensor cores"
+    return None
+
+
+def _dp_instances(r: RunConfig) -> str | None:
+    k = r.options.num_distributed_optimizer_instances
+    if (r.layout.dp * r.layout.cp) % k:
+        return f"DP·CP = {r.layout.dp * r.layout.cp} is not a multiple of {k} optimizer instances"
+    return None
+
+
+RULES: tuple[LegalityRule, ...] = (
+    LegalityRule(
+        "L-WORLD-EP-FOLD", "mcore parallel_state.py:868-884", "choose EP·ETP·PP that divides the GPU count", _world
+    ),
+    LegalityRule("L-EXPERTS-EP", "mcore moe/moe_layer.py:185", "use an EP that divides the expert count", _experts),
+    LegalityRule(
+        "L-HEADS-TP", "mcore transformer_config.py:1350-1373", "use a TP that divides the heads and groups", _heads
+    ),
+    LegalityRule("L-MOE-BIAS-ETP", "mcore transformer_config.py:2371-2374", "set ETP = 1", _bias_etp),
+    LegalityRule("L-GBS", "mcore num_microbatches_calculator.py:381-391", "round GBS to a multiple of MBS·DP", _gbs),
+    LegalityRule(
+        "L-VPP-MICROBATCHES",
+        "mcore pipeline_parallel/schedules.py:1142-1162",
+        "make GBS/(MBS·DP) a multiple of PP, or drop VPP",
+        _vpp,
+    ),
+    LegalityRule(
+        "L-PP-LAYERS",
+        "mcore transformer_block.py:141-172; pipeline_parallel_layer_layout.py:86-150",
+        "pass an explicit pipeline_model_parallel_layout (lcmoe writes one)",
+        _layers,
+    ),
+    LegalityRule("L-SEQ-CP", "bridge config.py:1574-1577", "use a sequence length divisible by 2·CP", _seq_cp),
+    LegalityRule("L-SEQ-SP", "mcore tensor_parallel/mappings.py:71-74", "use TP dividing seq/CP, or drop SP", _seq_sp),
+    LegalityRule(
+        "L-CP-A2A-HEADS", "TE attention (performance-guide.md:410)", "use p2p or a2a+p2p, or smaller CP", _cp_a2a
+    ),
+    LegalityRule("L-GDN-TPCP", "mcore transformer_config.py:1400-1414", "use TP·CP dividing the linear heads", _gdn_cp),
+    LegalityRule(
+        "L-GDN-CP-VERSION",
+        "megatron-core 0.16 refuses GDN with CP; 0.19 accepts it",
+        "set CP = 1 or target megatron-core ≥ 0.19",
+        _gdn_cp_version,
+        min_megatron_core="0.19",
+    ),
+    LegalityRule(
+        "L-DISPATCHER-GPU",
+        "bridge flex_dispatcher_backend.py:88-109",
+        "use hybridep on GB200/GB300, alltoall on dense models",
+        _dispatcher_gpu,
+    ),
+    LegalityRule(
+        "L-OFFLOAD-DISTOPT",
+        "mcore optimizer/__init__.py:509-512; arguments.py:1799-1807",
+        "enable the distributed optimizer",
+        _offload,
+    ),
+    LegalityRule(
+        "L-RECOMPUTE-GRAPHS",
+        "mcore transformer_config.py:2576-2628",
+        "drop the conflicting CUDA-graph scope or recompute module",
+        _recompute_graphs,
+    ),
+    LegalityRule(
+        "L-RECOMPUTE-MODULES", "mcore transformer_config.py:1824-1888", "use modules the model has", _recompute_modules
+    ),
+    LegalityRule(
+        "L-EP-OVERLAP",
+        "bridge comm_overlap.py:478-517; mcore transformer_config.py:2761-2857",
+        "disable EP overlap or meet its prerequisites",
+        _ep_overlap,
+    ),
+    LegalityRule(
+        "L-PRECISION-GPU",
+        "kernels-and-links.md §7 (tensor-core formats per GPU)",
+        "use bf16/fp8 on Hopper, mxfp8/nvfp4 only on Blackwell",
+        _precision,
+    ),
+    LegalityRule(
+        "L-OPTIMIZER-INSTANCES", "mcore parallel_state.py:922-927", "use instances dividing DP·CP", _dp_instances
+    ),
+)
+
+RULE_IDS = frozenset(rule.id for rule in RULES)
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".") if p.isdigit())
+
+
+def violations(run: RunConfig, *, megatron_core_version: str = "0.19.2") -> list[Violation]:
+    """Every hard rule the run breaks (empty list = legal) for the targeted Megatron-Core release."""
+    found = []
+    for rule in RULES:
+        if rule.min_megatron_core and _version_tuple(megatron_core_version) >= _version_tuple(rule.min_megatron_core):
+            continue
+        message = rule.check(run)
+        if message:
+            found.append(Violation(rule.id, message, rule.fix, rule.source))
+    return found
