@@ -23,22 +23,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
-import yaml
 from scipy.optimize import least_squares
 
 from benchmarks.perf_rows import PerfCase, long_context_cases, perf_cases
-from benchmarks.published import REFERENCE, REPO
+from benchmarks.published import REFERENCE, REPO, write_coefficients
 from lcmoe.estimate.time import RunAmounts, TimeCoefficients, combine, time_amounts
 
 OUTPUT = REPO / "src" / "lcmoe" / "data" / "time_coefficients.yaml"
-FAMILY_OF = {
-    "h100": "hopper",
-    "h200": "hopper",
-    "b200": "blackwell",
-    "b300": "blackwell",
-    "gb200": "blackwell",
-    "gb300": "blackwell",
-}
 # name, lower, upper. Upper bounds are the measured ceilings of kernels-and-links.md §8
 # (BF16 GEMM MAMF ≈ 0.80, FP8 ≈ 0.76, grouped GEMM ≤ 0.68, attention fwd+bwd ≤ 0.75), so no
 # coefficient can claim more than the hardware was ever measured to deliver.
@@ -125,12 +116,12 @@ def load_cases() -> list[PerfCase]:
 def by_family(cases: list[PerfCase]) -> dict[str, list[PerfCase]]:
     families: dict[str, list[PerfCase]] = {}
     for case in cases:
-        families.setdefault(FAMILY_OF[case.run.hardware.name], []).append(case)
+        families.setdefault(case.run.hardware.architecture, []).append(case)
     return families
 
 
 def mape(cases: list[PerfCase], fitted: dict[str, TimeCoefficients]) -> float:
-    errors = [abs(predicted_tflops(c, fitted[FAMILY_OF[c.run.hardware.name]]) / c.published_tflops - 1) for c in cases]
+    errors = [abs(predicted_tflops(c, fitted[c.run.hardware.architecture]) / c.published_tflops - 1) for c in cases]
     return 100 * float(np.mean(errors)) if errors else 0.0
 
 
@@ -169,11 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                 **summary,
             },
         }
-        OUTPUT.write_text(
-            "# Written by benchmarks/fit_time.py --write; do not edit by hand.\n"
-            + yaml.safe_dump(payload, sort_keys=False),
-            encoding="utf-8",
-        )
+        write_coefficients(OUTPUT, payload, script="benchmarks/fit_time.py")
         print(f"wrote {OUTPUT.relative_to(REPO)}")
     return 0
 

@@ -72,3 +72,15 @@ def write_json(path: str | Path, payload: dict[str, Any]) -> None:
         json.dump(payload, handle, indent=2, sort_keys=True)
         handle.write("\n")
     os.replace(tmp, target)
+
+
+def write_coefficients(path: Path, payload: dict[str, Any], *, script: str) -> None:
+    """Write a fitted-coefficient YAML shipped in the package (atomic, with a do-not-edit header)."""
+    import yaml
+
+    text = f"# Written by {script} --write; do not edit by hand.\n" + yaml.safe_dump(payload, sort_keys=False)
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(tmp, target)

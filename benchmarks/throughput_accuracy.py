@@ -24,15 +24,6 @@ from benchmarks.perf_rows import PerfCase, long_context_cases, perf_cases
 from benchmarks.published import REFERENCE, write_json
 from lcmoe.estimate.time import TimeCoefficients, combine, shipped_time_coefficients, time_amounts
 
-FAMILY_OF = {
-    "h100": "hopper",
-    "h200": "hopper",
-    "b200": "blackwell",
-    "b300": "blackwell",
-    "gb200": "blackwell",
-    "gb300": "blackwell",
-}
-
 
 def spearman(xs: list[float], ys: list[float]) -> float:
     def ranks(values: list[float]) -> list[float]:
@@ -51,9 +42,7 @@ def spearman(xs: list[float], ys: list[float]) -> float:
 
 
 def predictions(cases: list[PerfCase], coefficients: dict[str, TimeCoefficients]) -> list[float]:
-    return [
-        combine(time_amounts(c.run), coefficients[FAMILY_OF[c.run.hardware.name]]).model_tflops_per_gpu for c in cases
-    ]
+    return [combine(time_amounts(c.run), coefficients[c.run.hardware.architecture]).model_tflops_per_gpu for c in cases]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     long_context, _ = long_context_cases(args.long_context) if Path(args.long_context).exists() else ([], [])
     everything = cases + long_context
     if args.evaluate:
-        coefficients = {family: shipped_time_coefficients(family) for family in set(FAMILY_OF.values())}
+        coefficients = {family: shipped_time_coefficients(family) for family in ("hopper", "blackwell")}
     else:
         from benchmarks.fit_time import by_family, fit_family
 

@@ -49,3 +49,39 @@ def test_model_may_be_an_hf_config(tmp_path) -> None:  # type: ignore[no-untyped
     )
     code, out, _ = run_cli("flops", "--model", str(path), "--json")
     assert code == 0 and json.loads(out)["flops_per_token"] > 0
+
+
+def test_estimate_refuses_illegal_layout_with_rule_id() -> None:
+    code, out, err = run_cli(
+        "estimate", "--model", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "48", "--seq-len", "32k", "--tp", "3"
+    )
+    assert code == 2
+    assert "L-HEADS-TP" in err and "Traceback" not in err + out
+
+
+def test_estimate_json_has_the_documented_keys() -> None:
+    code, out, _ = run_cli(
+        "estimate",
+        "--model",
+        "qwen3-30b-a3b",
+        "--gpu",
+        "h100",
+        "--gpus",
+        "16",
+        "--seq-len",
+        "32k",
+        "--cp",
+        "4",
+        "--ep",
+        "4",
+        "--recompute",
+        "moe_act",
+        "--json",
+    )
+    assert code in (0, 1)
+    payload = json.loads(out)
+    for key in ("peak_allocated_bytes", "peak_reserved_bytes", "fits", "stages"):
+        assert key in payload["memory"]
+    for key in ("step_seconds", "tokens_per_sec_per_gpu", "model_tflops_per_gpu", "mfu", "breakdown"):
+        assert key in payload["time"]
+    assert all("components" in stage for stage in payload["memory"]["stages"])

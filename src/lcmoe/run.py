@@ -9,7 +9,7 @@ from lcmoe.errors import LcmoeError
 from lcmoe.layout import ParallelLayout, auto_pipeline_layout, layers_split_evenly
 from lcmoe.specs.hardware import HardwareSpec
 from lcmoe.specs.model import ModelSpec
-from lcmoe.workload import RECOMPUTE_MODULES, TrainingOptions
+from lcmoe.workload import RECOMPUTE_MODULES, RecomputeGranularity, RecomputeMethod, TrainingOptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +53,7 @@ def resolve_pipeline_layout(model: ModelSpec, pp: int, vpp: int, given: str | No
     return layout
 
 
-def parse_recompute(text: str) -> tuple[str, frozenset[str], str, int]:
+def parse_recompute(text: str) -> tuple[RecomputeGranularity, frozenset[str], RecomputeMethod, int]:
     """``none`` | ``full`` | ``full:block:4`` | ``full:uniform:1`` | comma-separated modules.
 
     Returns (granularity, modules, method, num_layers). Aliases: up_proj → mla_up_proj,
@@ -63,8 +63,8 @@ def parse_recompute(text: str) -> tuple[str, frozenset[str], str, int]:
         return "none", frozenset(), "uniform", 1
     if value.startswith("full"):
         parts = value.split(":")
-        method = parts[1] if len(parts) > 1 and parts[1] else "uniform"
-        if method not in ("uniform", "block"):
+        method_text = parts[1] if len(parts) > 1 and parts[1] else "uniform"
+        if method_text not in ("uniform", "block"):
             raise LcmoeError(
                 "--recompute", text, "full recompute method must be uniform or block", "e.g. full:uniform:1"
             )
@@ -74,6 +74,7 @@ def parse_recompute(text: str) -> tuple[str, frozenset[str], str, int]:
             raise LcmoeError(
                 "--recompute", text, "the layer count must be a whole number", "e.g. full:block:4"
             ) from None
+        method: RecomputeMethod = "block" if method_text == "block" else "uniform"
         return "full", frozenset(), method, max(layers, 1)
     aliases = {"up_proj": "mla_up_proj", "norm": "layernorm", "attn": "core_attn"}
     modules = frozenset(aliases.get(m.strip(), m.strip()) for m in value.split(",") if m.strip())

@@ -12,6 +12,8 @@ from typing import Literal
 
 from lcmoe.errors import LcmoeError
 
+RecomputeGranularity = Literal["none", "selective", "full"]
+RecomputeMethod = Literal["uniform", "block"]
 Precision = Literal["bf16", "fp16", "fp8-tensorwise", "fp8-delayed", "fp8-blockwise", "mxfp8", "nvfp4"]
 PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8-tensorwise", "fp8-delayed", "fp8-blockwise", "mxfp8", "nvfp4")
 
@@ -47,9 +49,9 @@ class TrainingOptions:
     exp_avg_dtype: Literal["fp32", "bf16", "fp8"] = "fp32"
     optimizer_offload_fraction: float = 0.0
     # Activations.
-    recompute_granularity: Literal["none", "selective", "full"] = "none"
+    recompute_granularity: RecomputeGranularity = "none"
     recompute_modules: frozenset[str] = field(default_factory=frozenset)
-    recompute_method: Literal["uniform", "block"] = "uniform"
+    recompute_method: RecomputeMethod = "uniform"
     recompute_num_layers: int = 1
     activation_offload_modules: frozenset[str] = field(default_factory=frozenset)
     attention_backend: Literal["auto", "flash", "fused", "unfused"] = "auto"

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from lcmoe.cli import run_options as ro
-from lcmoe.cli.common import EXIT_FINDINGS, print_json, stdout
+from lcmoe.cli.common import EXIT_FINDINGS, abort, print_json, stdout
 
 COMPONENT_ORDER = (
     "weights",
@@ -98,6 +98,13 @@ def estimate(
         scaleout_gbps=scaleout_gbps,
         gpus_per_node=gpus_per_node,
     )
+    from lcmoe.rules.legality import violations
+
+    broken = violations(run)
+    if broken:
+        first = broken[0]
+        more = f" (+{len(broken) - 1} more; `lcmoe check` lists all)" if len(broken) > 1 else ""
+        abort(f"[{first.rule}] {first.message}; fix: {first.fix} ({first.source}){more}.")
     result = estimate_run(run)
     if json_output:
         print_json(result)

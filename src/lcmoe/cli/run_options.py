@@ -80,10 +80,10 @@ def build_run(
     options = TrainingOptions(
         seq_len=tokens,
         precision=precision,
-        recompute_granularity=granularity,  # type: ignore[arg-type]
+        recompute_granularity=granularity,
         recompute_modules=modules,
         recompute_method=method,
-        recompute_num_layers=num_layers,  # type: ignore[arg-type]
+        recompute_num_layers=num_layers,
         optimizer_offload_fraction=optimizer_offload,
         dispatcher=dispatcher,
         cuda_graph_scope=scopes,

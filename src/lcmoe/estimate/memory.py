@@ -37,14 +37,18 @@ from lcmoe.workload import TrainingOptions
 
 BF16 = 2
 FP32 = 4
+FULL_ITERATION_POOL_SHARE = 0.4
 
 
 @dataclass(frozen=True, slots=True)
 class MemoryCoefficients:
-    """Fitted multipliers (dimensionless unless stated) with their fit provenance."""
+    """Fitted multipliers (dimensionless unless stated) with their fit provenance.
+
+    ``transient_layer_scale`` and ``moe_dispatch_scale`` stay at their physical value 1: the
+    measured rank (loss stage) peaks at the loss, so no data constrains them (fit_memory.py)."""
 
     activation_scale: float = 1.0
-    moe_activation_scale: float = 1.0
+    allgather_moe_scale: float = 1.0
     transient_layer_scale: float = 1.0
     logits_scale: float = 1.0
     moe_dispatch_scale: float = 1.0
@@ -266,16 +270,17 @@ def gqa_attention_activation_bytes(model: ModelSpec, shape: TokenShape, options:
 
 def mla_attention_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions) -> float:
     """MLA block: norm; down-projection outputs and their norms 2·2·T·(rq + rkv + dr) (down
-    projections are not split over TP); up-projection outputs 2·T·n·(dn+dr + dn+dv)/tp (dropped by
-    ``mla_up_proj`` recompute); Q, K, V for attention 2·T·n·(2·(dn+dr) + dv)/tp; core attention;
-    projection input; dropout mask."""
+    projections are not split over TP); Q, K, V after the up-projections and RoPE, saved for the
+    attention kernel, 2·T·n·(2·(dn+dr) + dv)/tp — the up-projection outputs themselves are not
+    saved (the Linear backward needs its input, the cat/RoPE ops save nothing), and
+    ``mla_up_proj`` recompute (output-discarding) drops Q, K, V and replays the up-projections;
+    core attention; projection input; dropout mask."""
     h, n = model.hidden_size, model.num_attention_heads
     dn, dr, dv = model.qk_head_dim, model.qk_pos_emb_head_dim, model.v_head_dim
     rq, rkv = model.q_lora_rank or 0, model.kv_lora_rank
     stored = norm_bytes(shape, h, options)
     stored += 2 * BF16 * shape.tokens * (rq + rkv + dr) / shape.sp
     if not options.recomputes("mla_up_proj"):
-        stored += BF16 * shape.tokens * n * (dn + dr + dn + dv) / shape.tp
         stored += BF16 * shape.tokens * n * (2 * (dn + dr) + dv) / shape.tp
     stored += core_attention_bytes(model, shape, options, n * (dn + dr), n * dv)
     if options.is_fp8:
@@ -601,8 +606,11 @@ def stage_memory(
     chunk_bytes: list[float] = []
     largest_layer = 0.0
     for chunk in stage.chunks:
+        # The allgather dispatcher keeps gathered copies of every TP·EP rank's tokens that the
+        # per-tensor physics does not list; their size is fitted (allgather_moe_scale).
+        moe_scale = c.allgather_moe_scale if options.dispatcher == "allgather" else 1.0
         per_layer = chunk_layer_bytes(
-            model, chunk.decoder_layers, chunk.mtp_layers, shape, options, moe_scale=c.moe_activation_scale
+            model, chunk.decoder_layers, chunk.mtp_layers, shape, options, moe_scale=moe_scale
         )
         largest_layer = max([largest_layer, *per_layer])
         if options.recompute_granularity == "full":
@@ -683,7 +691,7 @@ def cuda_graph_pool_bytes(
     if not scope:
         return 0.0
     if "full_iteration" in scope:
-        return dynamic_bytes
+        return FULL_ITERATION_POOL_SHARE * dynamic_bytes
     per_buffer = BF16 * shape.tokens * model.hidden_size / shape.sp
     layers = len(stage.decoder_layers) + stage.mtp_layers
     return 2 * per_buffer * len(scope) * layers

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from lcmoe.estimate.memory import estimate_memory
+from lcmoe.estimate.time import estimate_time
 from lcmoe.run import RunConfig
 from lcmoe.units import format_tokens
 
@@ -28,9 +29,5 @@ def estimate_run(run: RunConfig) -> dict[str, Any]:
         "layout": run.layout.as_dict(),
         "memory": memory.as_dict(),
     }
-    try:
-        from lcmoe.estimate.time import estimate_time
-    except ImportError:  # pragma: no cover - time model lands separately
-        return result
     result["time"] = estimate_time(run).as_dict()
     return result

@@ -25,7 +25,7 @@ from lcmoe.rules.legality import violations
 from lcmoe.run import RunConfig
 from lcmoe.specs.hardware import HardwareSpec
 from lcmoe.specs.model import ModelSpec
-from lcmoe.workload import TrainingOptions
+from lcmoe.workload import RecomputeGranularity, TrainingOptions
 
 OFFLOAD_FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -195,9 +195,9 @@ def enumerate_layouts(request: PlanRequest) -> Iterator[ParallelLayout]:
                             )
 
 
-def recompute_ladder(model: ModelSpec) -> list[tuple[str, frozenset[str]]]:
+def recompute_ladder(model: ModelSpec) -> list[tuple[RecomputeGranularity, frozenset[str]]]:
     """None, then the guidance's selective sets narrowest first (LC-RECOMPUTE-SELECTIVE), then full."""
-    ladder: list[tuple[str, frozenset[str]]] = [("none", frozenset())]
+    ladder: list[tuple[RecomputeGranularity, frozenset[str]]] = [("none", frozenset())]
     sets: list[set[str]] = []
     if model.is_moe:
         sets.append({"moe_act"})
@@ -272,25 +272,29 @@ def static_lower_bound_fits(run: RunConfig, margin: float) -> bool:
 
 
 def _variants(request: PlanRequest, run: RunConfig) -> Iterator[RunConfig]:
-    """Dispatcher × CUDA graphs × EP overlap around a fitting option set."""
+    """Dispatcher × CUDA graphs × EP overlap × CP exchange (p2p ring, or a2a when the heads per
+    TP rank divide by CP — LC-CP-COMM) around a fitting option set."""
     graph_choices: list[frozenset[str]] = [frozenset()]
     if request.allow_cuda_graphs and run.options.recompute_granularity != "full":
         scope = {"attn", "moe_router", "moe_preprocess"} if run.model.is_moe else {"attn"}
         if run.options.recomputes("moe"):
             scope -= {"moe_router", "moe_preprocess"}
         graph_choices.append(frozenset(scope))
-    for dispatcher in dispatchers_for(request):
-        for graphs in graph_choices:
-            for overlap in (False, True) if run.model.is_moe and run.layout.ep > 1 else (False,):
-                yield replace(
-                    run,
-                    options=replace(
+    cp_types = ["p2p"]
+    if run.layout.cp > 1 and (run.model.num_attention_heads // run.layout.tp) % run.layout.cp == 0:
+        cp_types.append("a2a")
+    for cp_comm_type in cp_types:
+        layout = replace(run.layout, cp_comm_type=cp_comm_type)
+        for dispatcher in dispatchers_for(request):
+            for graphs in graph_choices:
+                for overlap in (False, True) if run.model.is_moe and run.layout.ep > 1 else (False,):
+                    options = replace(
                         run.options,
                         dispatcher=dispatcher,
                         cuda_graph_scope=graphs,
                         overlap_moe_expert_parallel_comm=overlap,
-                    ),
-                )
+                    )
+                    yield replace(run, layout=layout, options=options)
 
 
 def search(request: PlanRequest, progress: Callable[[int, int], None] | None = None) -> SearchResult:
@@ -362,7 +366,7 @@ def _first_fitting(request: PlanRequest, run: RunConfig) -> RunConfig | None:
         options = replace(
             run.options,
             recompute_granularity=granularity,
-            recompute_modules=modules,  # type: ignore[arg-type]
+            recompute_modules=modules,
             optimizer_offload_fraction=0.0,
         )
         trial = replace(run, options=options)

@@ -1,0 +1,53 @@
+"""Small builders shared by tests."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from lcmoe.catalog import load_hardware, load_model
+from lcmoe.layout import ParallelLayout
+from lcmoe.run import RunConfig, resolve_pipeline_layout
+from lcmoe.workload import TrainingOptions
+
+
+def make_run(
+    model: str = "deepseek-v3",
+    gpu: str = "h100",
+    *,
+    seq_len: int = 131072,
+    tp: int = 1,
+    cp: int = 32,
+    ep: int = 32,
+    pp: int = 8,
+    vpp: int = 4,
+    gpus: int = 256,
+    mbs: int = 1,
+    gbs: int | None = None,
+    **options: Any,
+) -> RunConfig:
+    spec = load_model(model)
+    dp = gpus // (tp * cp * pp)
+    layout = ParallelLayout(
+        tp=tp,
+        cp=cp,
+        ep=ep,
+        pp=pp,
+        vpp=vpp,
+        dp=dp,
+        mbs=mbs,
+        gbs=gbs if gbs is not None else mbs * dp * 4 * pp,
+        sequence_parallel=tp > 1,
+        pipeline_layout=resolve_pipeline_layout(spec, pp, vpp, None),
+    )
+    defaults: dict[str, Any] = {"precision": "bf16", "main_grads_dtype": "bf16", "exp_avg_dtype": "bf16"}
+    defaults.update(options)
+    return RunConfig(spec, load_hardware(gpu), layout, TrainingOptions(seq_len=seq_len, **defaults))
+
+
+def with_options(run: RunConfig, **changes: Any) -> RunConfig:
+    return replace(run, options=replace(run.options, **changes))
+
+
+def with_layout(run: RunConfig, **changes: Any) -> RunConfig:
+    return replace(run, layout=replace(run.layout, **changes))

@@ -1,0 +1,154 @@
+"""Emitters and check: round trips, quoting, atomic writes, the cost gate."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from lcmoe.catalog import load_hardware, load_model
+from lcmoe.emit.launchers import LaunchSettings, slurm_script
+from lcmoe.emit.megatron_lm import megatron_lm_args
+from lcmoe.emit.writer import write_plan_directory
+from lcmoe.errors import LcmoeError
+from lcmoe.plan.search import PlanRequest, search
+from tests.conftest import run_cli
+from tests.helpers import make_run
+
+
+@pytest.fixture(scope="module")
+def emitted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("emit") / "plan"
+    code, _, err = run_cli(
+        "plan",
+        "--model",
+        "deepseek-v3",
+        "--gpu",
+        "h100",
+        "--gpus",
+        "256",
+        "--seq-len",
+        "128k",
+        "--top",
+        "2",
+        "--emit",
+        str(out),
+        "--yes",
+        "--quiet",
+    )
+    assert code == 0, err
+    return out
+
+
+def test_emit_writes_every_file(emitted: Path) -> None:
+    for name in (
+        "plan.json",
+        "overrides.txt",
+        "config.yaml",
+        "apply_plan.py",
+        "megatron_lm_args.txt",
+        "launch.sbatch",
+        "nemo_run_launch.py",
+        "RUN.md",
+        "fallback/overrides.txt",
+    ):
+        assert (emitted / name).is_file(), name
+    assert json.loads((emitted / "plan.json").read_text())["target"]["megatron_core"]
+
+
+@pytest.mark.parametrize("name", ["overrides.txt", "config.yaml", "megatron_lm_args.txt"])
+def test_check_round_trip_reproduces_the_plan(emitted: Path, name: str) -> None:
+    code, out, _ = run_cli(
+        "check", str(emitted / name), "--model", "deepseek-v3", "--gpu", "h100", "--gpus", "256", "--json"
+    )
+    assert code in (0, 1)
+    checked = json.loads(out)
+    plan = json.loads((emitted / "plan.json").read_text())["plans"][0]
+    assert checked["errors"] == []
+    for key in ("tp", "cp", "ep", "pp", "vpp", "dp", "gbs"):
+        assert checked["layout"][key] == plan["layout"][key]
+    assert checked["memory"]["peak_reserved_bytes"] == pytest.approx(plan["memory"]["peak_reserved_bytes"])
+    assert checked["time"]["step_seconds"] == pytest.approx(plan["time"]["step_seconds"])
+
+
+def test_check_flags_illegal_config(tmp_path: Path) -> None:
+    path = tmp_path / "bad.txt"
+    path.write_text("model.tensor_model_parallel_size=3\nmodel.expert_model_parallel_size=32\n")
+    code, out, _ = run_cli("check", str(path), "--model", "deepseek-v3", "--gpus", "96", "--json")
+    assert code == 2
+    assert "L-HEADS-TP" in {e["rule"] for e in json.loads(out)["errors"]}
+
+
+def test_hostile_launcher_values_cannot_inject(tmp_path: Path) -> None:
+    hostile = "x'; touch /tmp/lcmoe_pwned; echo '$(id)`id`"
+    settings = LaunchSettings(
+        job_name=hostile,
+        container_image=hostile,
+        mounts=(hostile,),
+        recipe=hostile,
+        account=hostile,
+        extra_env={"SAFE_NAME": hostile},
+    )
+    script = slurm_script(make_run(), settings)
+    path = tmp_path / "launch.sbatch"
+    path.write_text(script)
+    assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
+    # Replace srun with a command that prints its argv: the hostile string must arrive as one argument.
+    dry = script.replace("srun \\", "printf '%s\\n' \\", 1)
+    (tmp_path / "dry.sh").write_text(dry)
+    result = subprocess.run(["bash", str(tmp_path / "dry.sh")], capture_output=True, text=True, check=False)
+    assert result.returncode == 0
+    assert not Path("/tmp/lcmoe_pwned").exists()
+    assert hostile in result.stdout.splitlines()  # the recipe name arrives intact as one argument
+
+
+def test_bad_env_name_is_refused() -> None:
+    with pytest.raises(ValueError):
+        slurm_script(make_run(), LaunchSettings(extra_env={"A;B": "1"}))
+
+
+def test_cost_gate_needs_yes(tmp_path: Path) -> None:
+    request = PlanRequest(
+        model=load_model("qwen3-30b-a3b"), hardware=load_hardware("h100"), num_gpus=128, seq_len=32768, top_k=1
+    )
+    result = search(request)
+    with pytest.raises(LcmoeError) as info:
+        write_plan_directory(
+            tmp_path / "out",
+            {
+                "plans": [p.as_dict() for p in result.plans],
+                "fallback": None,
+                "inputs": {"megatron_core_version": "0.19.2"},
+            },
+            result,
+            steps=10,
+            confirmed=False,
+        )
+    assert "--yes" in str(info.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_emit_replaces_existing_directory_whole(tmp_path: Path) -> None:
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+    request = PlanRequest(
+        model=load_model("qwen3-30b-a3b"), hardware=load_hardware("h100"), num_gpus=16, seq_len=32768, top_k=1
+    )
+    result = search(request)
+    payload = {
+        "plans": [p.as_dict() for p in result.plans],
+        "fallback": result.fallback.as_dict() if result.fallback else None,
+        "inputs": {"model": "qwen3-30b-a3b", "num_gpus": 16, "gpu": "h100", "megatron_core_version": "0.19.2"},
+    }
+    write_plan_directory(target, payload, result, steps=10, confirmed=False)
+    assert not (target / "old.txt").exists() and (target / "plan.json").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no staging or backup left behind
+
+
+def test_megatron_lm_args_carry_the_layout() -> None:
+    args = megatron_lm_args(make_run())
+    assert "--context-parallel-size=32" in args and "--expert-model-parallel-size=32" in args
+    assert any(a.startswith("--pipeline-model-parallel-layout=") for a in args)

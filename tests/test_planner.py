@@ -1,0 +1,97 @@
+"""Planner: legal plans only, guidance layouts found or beaten (with the difference explained),
+impossible requests end in one sentence and exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lcmoe.catalog import load_hardware, load_model, model_names
+from lcmoe.plan.search import PlanRequest, search
+from lcmoe.rules.advice import RULE_IDS as ADVICE_IDS
+from lcmoe.rules.legality import violations
+from tests.conftest import run_cli
+
+LARGE = {"deepseek-v3", "kimi-k2", "qwen3-235b-a22b", "llama3.1-405b", "mixtral-8x22b"}
+
+
+@pytest.mark.parametrize("gpu", ["h100", "gb200"])
+@pytest.mark.parametrize("seq", [32768, 131072])
+@pytest.mark.parametrize("name", model_names())
+def test_every_returned_plan_is_legal_and_fits(name: str, gpu: str, seq: int) -> None:
+    gpus = 256 if name in LARGE else 64
+    result = search(
+        PlanRequest(model=load_model(name), hardware=load_hardware(gpu), num_gpus=gpus, seq_len=seq, top_k=3)
+    )
+    for plan in [*result.plans, *([result.fallback] if result.fallback else [])]:
+        assert violations(plan.run) == []
+        assert plan.memory.fits(0.05) or plan is result.fallback
+        assert {r.rule for r in plan.reasons} <= ADVICE_IDS
+
+
+def test_plan_json_schema_and_guidance_comparison() -> None:
+    code, out, _ = run_cli(
+        "plan", "--model", "deepseek-v3", "--gpu", "h100", "--gpus", "256", "--seq-len", "128k", "--top", "3", "--json"
+    )
+    assert code == 0
+    payload = json.loads(out)
+    assert {"plans", "fallback", "searched", "legal", "fit"} <= set(payload)
+    plan = payload["plans"][0]
+    assert set(plan["layout"]) >= {
+        "tp",
+        "cp",
+        "ep",
+        "etp",
+        "pp",
+        "vpp",
+        "dp",
+        "edp",
+        "mbs",
+        "gbs",
+        "ga",
+        "cp_comm_type",
+    }
+    assert set(plan["recompute"]) >= {"granularity", "modules"}
+    for key in (
+        "precision",
+        "dispatcher",
+        "cuda_graph_scope",
+        "optimizer_offload_fraction",
+        "memory",
+        "time",
+        "reasons",
+    ):
+        assert key in plan
+    reference = payload["reference"]
+    # The guidance layout is legal and fits; lcmoe ranks it or names a faster plan and the gap.
+    assert reference["violations"] == [] and reference["memory"]["fits"]
+    assert reference["rank_among_plans"] <= 3 or reference["gap_to_best_pct"] > 0
+
+
+def test_too_few_gpus_says_how_many() -> None:
+    code, out, _ = run_cli(
+        "plan", "--model", "deepseek-v3", "--gpu", "h100", "--gpus", "8", "--seq-len", "128k", "--json"
+    )
+    assert code == 1
+    payload = json.loads(out)
+    assert payload["plans"] == [] and payload["min_gpus_needed"]
+
+
+@pytest.mark.parametrize(
+    "args,field",
+    [
+        (["--model", "nope"], "model"),
+        (["--model", "deepseek-v3", "--seq-len", "12x"], "seq_len"),
+        (["--model", "deepseek-v3", "--gpus", "0"], "--gpus"),
+        (["--model", "deepseek-v3", "--precision", "mxfp8"], "precision"),
+    ],
+)
+def test_impossible_requests_exit_2_with_one_sentence(args: list[str], field: str) -> None:
+    base = {"--gpu": "h100", "--gpus": "64", "--seq-len": "32k"}
+    for key, value in base.items():
+        if key not in args:
+            args = [*args, key, value]
+    code, out, err = run_cli("plan", *args)
+    assert code == 2
+    assert field in err and "Traceback" not in err + out
