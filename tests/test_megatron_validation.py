@@ -23,25 +23,56 @@ def _gdn_with_cp() -> RunConfig:
 
 
 KNOWN_BAD: list[tuple[str, Callable[[], RunConfig], str, str]] = [
-    ("heads not divisible by TP", lambda: make_run("qwen3-235b-a22b", cp=4, gpus=96, tp=3), "L-HEADS-TP",
-     "multiple of tensor_model_parallel_size"),
-    ("EP on a dense model", lambda: make_run("llama3-70b", cp=4, ep=8, pp=8, vpp=5, gpus=256), "L-EXPERTS-EP",
-     "num_moe_experts must be non None"),
+    (
+        "heads not divisible by TP",
+        lambda: make_run("qwen3-235b-a22b", cp=4, gpus=96, tp=3),
+        "L-HEADS-TP",
+        "multiple of tensor_model_parallel_size",
+    ),
+    (
+        "EP on a dense model",
+        lambda: make_run("llama3-70b", cp=4, ep=8, pp=8, vpp=5, gpus=256),
+        "L-EXPERTS-EP",
+        "num_moe_experts must be non None",
+    ),
     ("Gated DeltaNet with CP on 0.16", _gdn_with_cp, "L-GDN-CP-VERSION", "context parallel"),
-    ("EP overlap with PP and no VPP",
-     lambda: with_options(with_layout(make_run(), vpp=1, pipeline_layout="Et*7|t*8|t*8|t*8|t*8|t*8|t*8|t*6mL"),
-                          overlap_moe_expert_parallel_comm=True),
-     "L-EP-OVERLAP", "virtual_pipeline_model_parallel_size"),
-    ("moe_act recompute on a dense model",
-     lambda: make_run("llama3-70b", cp=4, ep=1, pp=8, vpp=5, gpus=256, recompute_granularity="selective",
-                      recompute_modules=frozenset({"moe_act"})),
-     "L-RECOMPUTE-MODULES", "moe_act"),
+    (
+        "EP overlap with PP and no VPP",
+        lambda: with_options(
+            with_layout(make_run(), vpp=1, pipeline_layout="Et*7|t*8|t*8|t*8|t*8|t*8|t*8|t*6mL"),
+            overlap_moe_expert_parallel_comm=True,
+        ),
+        "L-EP-OVERLAP",
+        "virtual_pipeline_model_parallel_size",
+    ),
+    (
+        "EP overlap with MTP and PP 1",
+        lambda: with_options(make_run(cp=8, pp=1, vpp=1), overlap_moe_expert_parallel_comm=True),
+        "L-EP-OVERLAP",
+        "Pipeline model parallel size must be larger than 1",
+    ),
+    (
+        "moe_act recompute on a dense model",
+        lambda: make_run(
+            "llama3-70b",
+            cp=4,
+            ep=1,
+            pp=8,
+            vpp=5,
+            gpus=256,
+            recompute_granularity="selective",
+            recompute_modules=frozenset({"moe_act"}),
+        ),
+        "L-RECOMPUTE-MODULES",
+        "moe_act",
+    ),
 ]
 
 
 @pytest.mark.parametrize("name,build_run,rule,megatron_says", KNOWN_BAD, ids=[k[0] for k in KNOWN_BAD])
-def test_lcmoe_and_megatron_refuse_for_the_same_reason(name: str, build_run: Callable[[], RunConfig], rule: str,
-                                                       megatron_says: str) -> None:
+def test_lcmoe_and_megatron_refuse_for_the_same_reason(
+    name: str, build_run: Callable[[], RunConfig], rule: str, megatron_says: str
+) -> None:
     run = build_run()
     assert rule in {v.rule for v in violations(run, megatron_core_version=INSTALLED)}
     with pytest.raises((ValueError, AssertionError)) as info:
@@ -54,8 +85,7 @@ def test_guidance_layouts_are_accepted() -> None:
     from lcmoe.plan.reference import reference_entries, reference_run
 
     for entry in reference_entries():
-        found = reference_run(load_model(entry["model"]), load_hardware(entry["gpu"]), entry["gpus"],
-                              entry["seq_len"])
+        found = reference_run(load_model(entry["model"]), load_hardware(entry["gpu"]), entry["gpus"], entry["seq_len"])
         assert found is not None
         megatron_core.build(found[1])
 

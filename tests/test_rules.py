@@ -107,6 +107,12 @@ def test_ep_overlap_needs_vpp_with_pp() -> None:
     assert "L-EP-OVERLAP" in broken(run)
 
 
+def test_ep_overlap_with_mtp_needs_pp() -> None:
+    # Found by building Megatron-Core's TransformerConfig from a DSV3 PP1 plan (0.16.1 refuses it).
+    run = with_options(make_run(cp=8, pp=1, vpp=1), overlap_moe_expert_parallel_comm=True)
+    assert "L-EP-OVERLAP" in broken(run)
+
+
 def test_mxfp8_refused_on_hopper() -> None:
     assert "L-PRECISION-GPU" in broken(with_options(make_run(), precision="mxfp8"))
 

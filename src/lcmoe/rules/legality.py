@@ -186,6 +186,8 @@ def _ep_overlap(r: RunConfig) -> str | None:
         return "EP overlap forbids full recompute and moe recompute"
     if r.model.mtp_num_layers > 1:
         return "EP overlap needs MTP depth ≤ 1"
+    if r.model.mtp_num_layers and lay.pp == 1:
+        return "EP overlap with MTP layers needs PP > 1"
     if o.cuda_graph_scope & {"moe", "mlp"}:
         return "EP overlap forbids the moe and mlp CUDA-graph scopes"
     return None
