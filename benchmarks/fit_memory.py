@@ -161,8 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"5-fold CV : {held_out}  (test cases grouped; rows the fit did not see)")
     if args.write:
         payload = {
-            "coefficients": {**{name: getattr(coefficients, name) for name, *_ in PARAMETERS},
-                             "fragmentation_fraction": FRAGMENTATION},
+            "coefficients": {
+                **{name: getattr(coefficients, name) for name, *_ in PARAMETERS},
+                "fragmentation_fraction": FRAGMENTATION,
+            },
             "fit": {
                 "date": dt.date.today().isoformat(),
                 "script": "benchmarks/fit_memory.py",

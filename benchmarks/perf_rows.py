@@ -10,7 +10,7 @@ from benchmarks.published import as_float, as_int, catalog_model_for_row, read_r
 from lcmoe.catalog import load_hardware, load_model
 from lcmoe.errors import LcmoeError
 from lcmoe.layout import ParallelLayout
-from lcmoe.run import RunConfig, resolve_pipeline_layout
+from lcmoe.run import RunConfig, build_layout, resolve_pipeline_layout
 from lcmoe.workload import TrainingOptions
 
 JOIN_KEY = ("container", "task", "model", "gpu", "precision", "variant")
@@ -174,18 +174,7 @@ def long_context_cases(path: str) -> tuple[list[PerfCase], list[dict[str, str]]]
             skipped.append({"row": label, "reason": "layout does not divide the GPU count"})
             continue
         dp = world // (tp * pp * cp)
-        layout = ParallelLayout(
-            tp=tp,
-            cp=cp,
-            ep=ep,
-            pp=pp,
-            vpp=vpp,
-            dp=dp,
-            mbs=1,
-            gbs=32 * dp,
-            sequence_parallel=tp > 1,
-            pipeline_layout=resolve_pipeline_layout(spec, pp, vpp, None),
-        )
+        layout = build_layout(spec, world, tp=tp, cp=cp, ep=ep, pp=pp, vpp=vpp, gbs=32 * dp)
         options = TrainingOptions(
             seq_len=seq,
             precision=precision,

@@ -6,8 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 from lcmoe.catalog import load_hardware, load_model
-from lcmoe.layout import ParallelLayout
-from lcmoe.run import RunConfig, resolve_pipeline_layout
+from lcmoe.run import RunConfig, build_layout
 from lcmoe.workload import TrainingOptions
 
 
@@ -27,18 +26,16 @@ def make_run(
     **options: Any,
 ) -> RunConfig:
     spec = load_model(model)
-    dp = gpus // (tp * cp * pp)
-    layout = ParallelLayout(
+    layout = build_layout(
+        spec,
+        gpus,
         tp=tp,
         cp=cp,
         ep=ep,
         pp=pp,
         vpp=vpp,
-        dp=dp,
         mbs=mbs,
-        gbs=gbs if gbs is not None else mbs * dp * 4 * pp,
-        sequence_parallel=tp > 1,
-        pipeline_layout=resolve_pipeline_layout(spec, pp, vpp, None),
+        gbs=gbs if gbs is not None else mbs * (gpus // (tp * cp * pp)) * 4 * pp,
     )
     defaults: dict[str, Any] = {"precision": "bf16", "main_grads_dtype": "bf16", "exp_avg_dtype": "bf16"}
     defaults.update(options)

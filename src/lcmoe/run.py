@@ -53,6 +53,55 @@ def resolve_pipeline_layout(model: ModelSpec, pp: int, vpp: int, given: str | No
     return layout
 
 
+def default_global_batch(dp: int, mbs: int, pp: int, vpp: int, requested: int | None) -> int:
+    """The user's GBS rounded to the nearest legal multiple of MBS·DP (·PP with VPP) — the
+    LC-GBS-SHRINK rule — or, when none is given, GA = 4·PP (8 without PP) to keep the bubble
+    (PP − 1)/(VPP·GA) small."""
+    unit = mbs * dp * (pp if vpp > 1 else 1)
+    if requested:
+        return max(unit, round(requested / unit) * unit)
+    return mbs * dp * (4 * pp if pp > 1 else 8)
+
+
+def build_layout(
+    model: ModelSpec,
+    num_gpus: int,
+    *,
+    tp: int = 1,
+    cp: int = 1,
+    ep: int = 1,
+    etp: int = 1,
+    pp: int = 1,
+    vpp: int = 1,
+    mbs: int = 1,
+    gbs: int | None = None,
+    cp_comm_type: str = "p2p",
+    pipeline_layout: str | None = None,
+    sequence_parallel: bool | None = None,
+    round_gbs: bool = False,
+) -> ParallelLayout:
+    """A ParallelLayout from user-level knobs: DP derived from the GPU count, an explicit pipeline
+    layout when layers do not split, SP on with TP > 1, and a default GBS (see
+    ``default_global_batch``; ``round_gbs`` rounds a given GBS to a legal one instead of keeping it)."""
+    dp = derive_dp(num_gpus, tp=tp, cp=cp, pp=pp)
+    if gbs is None or round_gbs:
+        gbs = default_global_batch(dp, mbs, pp, vpp, gbs)
+    return ParallelLayout(
+        tp=tp,
+        cp=cp,
+        ep=ep,
+        etp=etp,
+        pp=pp,
+        vpp=vpp,
+        dp=dp,
+        mbs=mbs,
+        gbs=gbs,
+        sequence_parallel=tp > 1 if sequence_parallel is None else sequence_parallel and tp > 1,
+        cp_comm_type=cp_comm_type,
+        pipeline_layout=resolve_pipeline_layout(model, pp, vpp, pipeline_layout),
+    )
+
+
 def parse_recompute(text: str) -> tuple[RecomputeGranularity, frozenset[str], RecomputeMethod, int]:
     """``none`` | ``full`` | ``full:block:4`` | ``full:uniform:1`` | comma-separated modules.
 

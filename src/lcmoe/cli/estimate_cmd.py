@@ -39,7 +39,7 @@ def estimate(
     pp: int = typer.Option(1, "--pp", min=1),
     vpp: int = typer.Option(1, "--vpp", min=1),
     mbs: int = typer.Option(1, "--mbs", min=1),
-    gbs: int = typer.Option(None, "--gbs", min=1, help="default MBS·DP·4·PP (GA = 4·PP)"),
+    gbs: int = typer.Option(None, "--gbs", min=1, help="default GA = 4·PP (8 without PP)"),
     recompute: str = typer.Option(
         "none", "--recompute", help="none | full[:uniform|block[:N]] | modules, e.g. mla_up_proj,layernorm,moe_act"
     ),

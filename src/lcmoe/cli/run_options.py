@@ -49,8 +49,7 @@ def build_run(
     scaleout_gbps: float | None,
     gpus_per_node: int | None,
 ) -> RunConfig:
-    from lcmoe.layout import ParallelLayout
-    from lcmoe.run import check_precision_supported, derive_dp, parse_recompute, resolve_pipeline_layout
+    from lcmoe.run import build_layout, check_precision_supported, parse_recompute
     from lcmoe.units import parse_token_count
     from lcmoe.workload import TrainingOptions
 
@@ -60,22 +59,22 @@ def build_run(
     )
     tokens = parse_token_count(seq_len)
     check_precision_supported(hardware, precision)
-    dp = derive_dp(gpus, tp=tp, cp=cp, pp=pp)
     granularity, modules, method, num_layers = parse_recompute(recompute)
     scopes = frozenset(s.strip() for s in cuda_graph.split(",") if s.strip() and s.strip() != "none")
-    layout = ParallelLayout(
+    layout = build_layout(
+        spec,
+        gpus,
         tp=tp,
         cp=cp,
         ep=ep,
         etp=etp if etp is not None else 1,
         pp=pp,
         vpp=vpp,
-        dp=dp,
         mbs=mbs,
-        gbs=gbs if gbs is not None else mbs * dp * 4 * pp,
-        sequence_parallel=tp > 1 if sequence_parallel is None else sequence_parallel,
+        gbs=gbs,
         cp_comm_type=cp_comm_type,
-        pipeline_layout=resolve_pipeline_layout(spec, pp, vpp, pipeline_layout),
+        pipeline_layout=pipeline_layout,
+        sequence_parallel=sequence_parallel,
     )
     options = TrainingOptions(
         seq_len=tokens,

@@ -39,8 +39,13 @@ def transformer_config_kwargs(run: RunConfig) -> tuple[str, dict[str, Any]]:
     elif lay.vpp > 1:
         kwargs["virtual_pipeline_model_parallel_size"] = lay.vpp
     if model.multi_latent_attention:
-        kwargs.update(q_lora_rank=model.q_lora_rank, kv_lora_rank=model.kv_lora_rank, qk_head_dim=model.qk_head_dim,
-                      qk_pos_emb_head_dim=model.qk_pos_emb_head_dim, v_head_dim=model.v_head_dim)
+        kwargs.update(
+            q_lora_rank=model.q_lora_rank,
+            kv_lora_rank=model.kv_lora_rank,
+            qk_head_dim=model.qk_head_dim,
+            qk_pos_emb_head_dim=model.qk_pos_emb_head_dim,
+            v_head_dim=model.v_head_dim,
+        )
     else:
         kwargs.update(num_query_groups=model.query_groups, kv_channels=model.head_dim)
     if model.attention_output_gate:
@@ -51,22 +56,29 @@ def transformer_config_kwargs(run: RunConfig) -> tuple[str, dict[str, Any]]:
             kwargs["window_attn_skip_freq"] = model.window_attn_skip_freq
     if model.linear_attention_type == "gdn":
         kwargs.update(
-            experimental_attention_variant="gated_delta_net", linear_attention_freq=model.linear_attention_freq,
-            linear_num_key_heads=model.linear_num_key_heads, linear_num_value_heads=model.linear_num_value_heads,
-            linear_key_head_dim=model.linear_key_head_dim, linear_value_head_dim=model.linear_value_head_dim,
+            experimental_attention_variant="gated_delta_net",
+            linear_attention_freq=model.linear_attention_freq,
+            linear_num_key_heads=model.linear_num_key_heads,
+            linear_num_value_heads=model.linear_num_value_heads,
+            linear_key_head_dim=model.linear_key_head_dim,
+            linear_value_head_dim=model.linear_value_head_dim,
             linear_conv_kernel_dim=model.linear_conv_kernel_dim,
         )
     if model.is_moe:
         kwargs.update(
-            num_moe_experts=model.num_moe_experts, moe_ffn_hidden_size=model.expert_ffn,
-            moe_router_topk=model.moe_router_topk, moe_layer_freq=[int(x) for x in model.moe_layer_pattern()],
-            moe_grouped_gemm=True, overlap_moe_expert_parallel_comm=opt.overlap_moe_expert_parallel_comm,
+            num_moe_experts=model.num_moe_experts,
+            moe_ffn_hidden_size=model.expert_ffn,
+            moe_router_topk=model.moe_router_topk,
+            moe_layer_freq=[int(x) for x in model.moe_layer_pattern()],
+            moe_grouped_gemm=True,
+            overlap_moe_expert_parallel_comm=opt.overlap_moe_expert_parallel_comm,
         )
         if model.shared_ffn:
             kwargs["moe_shared_expert_intermediate_size"] = model.shared_ffn
         if model.moe_router_num_groups:
-            kwargs.update(moe_router_num_groups=model.moe_router_num_groups,
-                          moe_router_group_topk=model.moe_router_group_topk)
+            kwargs.update(
+                moe_router_num_groups=model.moe_router_num_groups, moe_router_group_topk=model.moe_router_group_topk
+            )
         if model.moe_router_enable_expert_bias:
             kwargs.update(moe_router_enable_expert_bias=True, moe_router_score_function="sigmoid")
         if model.moe_router_topk == 1:
@@ -80,6 +92,9 @@ def transformer_config_kwargs(run: RunConfig) -> tuple[str, dict[str, Any]]:
     if opt.recompute_granularity == "selective":
         kwargs.update(recompute_granularity="selective", recompute_modules=sorted(opt.recompute_modules))
     elif opt.recompute_granularity == "full":
-        kwargs.update(recompute_granularity="full", recompute_method=opt.recompute_method,
-                      recompute_num_layers=opt.recompute_num_layers)
+        kwargs.update(
+            recompute_granularity="full",
+            recompute_method=opt.recompute_method,
+            recompute_num_layers=opt.recompute_num_layers,
+        )
     return ("MLATransformerConfig" if model.multi_latent_attention else "TransformerConfig"), kwargs

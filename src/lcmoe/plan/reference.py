@@ -8,9 +8,7 @@ from typing import Any
 
 import yaml
 
-from lcmoe.layout import ParallelLayout
-from lcmoe.plan.search import default_gbs
-from lcmoe.run import RunConfig, resolve_pipeline_layout
+from lcmoe.run import RunConfig, build_layout
 from lcmoe.specs.hardware import HardwareSpec
 from lcmoe.specs.model import ModelSpec
 from lcmoe.workload import TrainingOptions
@@ -35,19 +33,8 @@ def reference_run(
         ):
             continue
         lay = entry["layout"]
-        dp = num_gpus // (lay["tp"] * lay["cp"] * lay["pp"])
-        layout = ParallelLayout(
-            tp=lay["tp"],
-            cp=lay["cp"],
-            ep=lay["ep"],
-            etp=lay["etp"],
-            pp=lay["pp"],
-            vpp=lay["vpp"],
-            dp=dp,
-            mbs=1,
-            gbs=default_gbs(dp, 1, lay["pp"], lay["vpp"], None),
-            sequence_parallel=lay["tp"] > 1,
-            pipeline_layout=resolve_pipeline_layout(model, lay["pp"], lay["vpp"], None),
+        layout = build_layout(
+            model, num_gpus, tp=lay["tp"], cp=lay["cp"], ep=lay["ep"], etp=lay["etp"], pp=lay["pp"], vpp=lay["vpp"]
         )
         options = TrainingOptions(
             seq_len=seq_len,

@@ -22,7 +22,7 @@ from lcmoe.estimate.time import TimeEstimate, estimate_time
 from lcmoe.layout import ParallelLayout, auto_pipeline_layout, layers_split_evenly, pipeline_stages
 from lcmoe.rules.advice import Advice, advise, suggested_cp
 from lcmoe.rules.legality import violations
-from lcmoe.run import RunConfig
+from lcmoe.run import RunConfig, default_global_batch
 from lcmoe.specs.hardware import HardwareSpec
 from lcmoe.specs.model import ModelSpec
 from lcmoe.workload import RecomputeGranularity, TrainingOptions
@@ -151,17 +151,6 @@ def vpp_candidates(model: ModelSpec, pp: int) -> list[int]:
     return [v for v in (1, 2, 4, 8) if model.num_layers // (pp * v) >= 2]
 
 
-def default_gbs(dp: int, mbs: int, pp: int, vpp: int, requested: int | None) -> int:
-    """The user's GBS rounded to the nearest legal multiple of MBS·DP (·PP with VPP) — the
-    LC-GBS-SHRINK rule — or, when none is given, GA = 4·PP (8 without PP) to keep the bubble
-    (PP − 1)/(VPP·GA) small."""
-    unit = mbs * dp * (pp if vpp > 1 else 1)
-    if requested:
-        return max(unit, round(requested / unit) * unit)
-    ga = 4 * pp if pp > 1 else 8
-    return mbs * dp * ga
-
-
 def enumerate_layouts(request: PlanRequest) -> Iterator[ParallelLayout]:
     model, hw, gpus, seq = request.model, request.hardware, request.num_gpus, request.seq_len
     for tp in tp_candidates(model, hw):
@@ -189,7 +178,7 @@ def enumerate_layouts(request: PlanRequest) -> Iterator[ParallelLayout]:
                                 vpp=vpp,
                                 dp=dp,
                                 mbs=mbs,
-                                gbs=default_gbs(dp, mbs, pp, vpp, request.gbs),
+                                gbs=default_global_batch(dp, mbs, pp, vpp, request.gbs),
                                 sequence_parallel=tp > 1,
                                 pipeline_layout=layout_text,
                             )
