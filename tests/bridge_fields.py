@@ -73,7 +73,7 @@ def _relative(module: str, target: str, level: int) -> str:
     """``from .x import y`` inside ``module``: level 1 is the module's package (itself for a package)."""
     parts = module.split(".")
     keep = len(parts) - level + (1 if module in _PACKAGES else 0)
-    return ".".join(parts[:keep] + [target])
+    return ".".join([*parts[:keep], target])
 
 
 @cache
