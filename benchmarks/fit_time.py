@@ -125,6 +125,23 @@ def mape(cases: list[PerfCase], fitted: dict[str, TimeCoefficients]) -> float:
     return 100 * float(np.mean(errors)) if errors else 0.0
 
 
+def leave_one_model_out(cases: list[PerfCase], fitted: dict[str, TimeCoefficients]) -> float:
+    """Refit without each model, predict it; prints per-model MAPE, returns the row-weighted MAPE.
+    Families a refit has no rows for keep the full fit's coefficients."""
+    weighted, count = 0.0, 0
+    for name in sorted({c.model_name for c in cases}):
+        train = [c for c in cases if c.model_name != name]
+        held = [c for c in cases if c.model_name == name]
+        refit = {family: fit_family(rows) for family, rows in by_family(train).items()}
+        for family in fitted:
+            refit.setdefault(family, fitted[family])
+        err = mape(held, refit)
+        print(f"  leave out {name:18s} n={len(held):3d} MAPE {err:6.2f}%")
+        weighted += err * len(held)
+        count += len(held)
+    return weighted / count if count else 0.0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--write", action="store_true")
@@ -138,17 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {"n": len(cases), "n_moe": len(moe), "mape_all": mape(cases, fitted), "mape_moe": mape(moe, fitted)}
     print(f"fit MAPE all {summary['mape_all']:.2f}% (n={len(cases)}), MoE {summary['mape_moe']:.2f}% (n={len(moe)})")
     if args.lomo:
-        errors = []
-        for name in sorted({c.model_name for c in cases}):
-            train = [c for c in cases if c.model_name != name]
-            held = [c for c in cases if c.model_name == name]
-            refit = {family: fit_family(rows) for family, rows in by_family(train).items()}
-            for family in fitted:
-                refit.setdefault(family, fitted[family])
-            err = mape(held, refit)
-            errors.append((name, err, len(held)))
-            print(f"  leave out {name:18s} n={len(held):3d} MAPE {err:6.2f}%")
-        summary["lomo_mape"] = sum(e * n for _, e, n in errors) / sum(n for *_, n in errors)
+        summary["lomo_mape"] = leave_one_model_out(cases, fitted)
         print(f"leave-one-model-out MAPE {summary['lomo_mape']:.2f}%")
     if args.write:
         payload = {

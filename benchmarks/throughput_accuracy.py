@@ -77,21 +77,9 @@ def main(argv: list[str] | None = None) -> int:
 
     lomo = None
     if not args.evaluate:
-        from benchmarks.fit_time import by_family, fit_family
+        from benchmarks.fit_time import leave_one_model_out
 
-        weighted, count = 0.0, 0
-        for name in sorted({c.model_name for c in everything}):
-            train = [c for c in everything if c.model_name != name]
-            held = [c for c in everything if c.model_name == name]
-            refit = {family: fit_family(rows) for family, rows in by_family(train).items()}
-            for family in coefficients:
-                refit.setdefault(family, coefficients[family])
-            held_pred = predictions(held, refit)
-            err = statistics.mean(abs(p / c.published_tflops - 1) * 100 for p, c in zip(held_pred, held, strict=True))
-            print(f"  leave out {name:18s} n={len(held):3d} MAPE {err:6.2f}%")
-            weighted += err * len(held)
-            count += len(held)
-        lomo = weighted / count
+        lomo = leave_one_model_out(everything, coefficients)
 
     lc_rows = [
         {

@@ -29,7 +29,7 @@ from importlib import resources
 
 import yaml
 
-from lcmoe.estimate.params import AttentionKind, attention_kind, layer_params, mtp_extra_params
+from lcmoe.estimate.params import AttentionKind, attention_kind, layer_params, layer_signature, mtp_extra_params
 from lcmoe.layout import ParallelLayout, PipelineStage, inflight_microbatch_chunks, pipeline_stages
 from lcmoe.specs.hardware import HardwareSpec
 from lcmoe.specs.model import ModelSpec
@@ -94,7 +94,7 @@ def stage_params_per_gpu(model: ModelSpec, layout: ParallelLayout, stage: Pipeli
     expert = 0.0
     by_signature: dict[tuple[bool, AttentionKind], tuple[int, int]] = {}
     for layer in stage.decoder_layers:
-        key = (model.is_moe_layer(layer), attention_kind(model, layer))
+        key = layer_signature(model, layer)
         if key not in by_signature:
             lp = layer_params(model, layer)
             by_signature[key] = (lp.dense, lp.routed_experts)
@@ -424,7 +424,7 @@ def chunk_layer_bytes(
     by_signature: dict[tuple[bool, AttentionKind], float] = {}
     per_layer = []
     for layer in layers:
-        key = (model.is_moe_layer(layer), attention_kind(model, layer))
+        key = layer_signature(model, layer)
         if key not in by_signature:
             by_signature[key] = layer_activation_bytes(model, layer, shape, options, moe_scale=moe_scale)
         per_layer.append(by_signature[key])

@@ -46,6 +46,11 @@ def attention_kind(spec: ModelSpec, layer: int) -> AttentionKind:
     return AttentionKind.GQA
 
 
+def layer_signature(spec: ModelSpec, layer: int) -> tuple[bool, AttentionKind]:
+    """What makes two layers identical for every cost lcmoe computes: MoE or not, attention kind."""
+    return spec.is_moe_layer(layer), attention_kind(spec, layer)
+
+
 def gqa_attention_params(spec: ModelSpec) -> int:
     """q: h·n·d (×2 with output gate), k,v: 2·h·g·d, o: n·d·h; + qkv/o biases, qk-norm 2d,
     sinks n, input norm h."""

@@ -38,7 +38,7 @@ from lcmoe.estimate.memory import (
     stage_params_per_gpu,
     token_shape,
 )
-from lcmoe.estimate.params import AttentionKind, attention_kind
+from lcmoe.estimate.params import AttentionKind, attention_kind, layer_signature
 from lcmoe.layout import PipelineStage, pipeline_stages
 from lcmoe.run import RunConfig
 from lcmoe.specs.model import ModelSpec
@@ -262,10 +262,6 @@ def _layer_amounts(run: RunConfig, layer: int, count: int) -> LayerAmounts:
     )
 
 
-def _layer_signature(model: ModelSpec, layer: int) -> tuple[bool, AttentionKind]:
-    return model.is_moe_layer(layer), attention_kind(model, layer)
-
-
 def _stage_amounts(run: RunConfig, stage: PipelineStage) -> StageAmounts:
     from lcmoe.estimate.memory import optimizer_shards
 
@@ -273,7 +269,7 @@ def _stage_amounts(run: RunConfig, stage: PipelineStage) -> StageAmounts:
     layers = list(stage.decoder_layers) + [model.num_layers - 1] * stage.mtp_layers
     counts: dict[tuple[bool, AttentionKind], list[int]] = {}
     for layer in layers:
-        counts.setdefault(_layer_signature(model, layer), []).append(layer)
+        counts.setdefault(layer_signature(model, layer), []).append(layer)
     groups = tuple(_layer_amounts(run, members[0], len(members)) for members in counts.values())
     tokens = options.seq_len * layout.mbs / (layout.tp * layout.cp)
     logits = 0.0
@@ -513,7 +509,7 @@ class TimeEstimate:
         }
 
 
-def combine(a: RunAmounts, c: TimeCoefficients, *, hardware_bf16_peak: float | None = None) -> TimeEstimate:
+def combine(a: RunAmounts, c: TimeCoefficients) -> TimeEstimate:
     """Step time from amounts and rates: (M + bubble) × slowest stage + exposed DP + optimizer."""
     per_stage = [stage_time(a, stage, c) for stage in a.stages]
     critical = max(range(len(per_stage)), key=lambda i: per_stage[i].total)
@@ -532,12 +528,11 @@ def combine(a: RunAmounts, c: TimeCoefficients, *, hardware_bf16_peak: float | N
     tflops = a.model_flops_per_step / step / a.world_size / 1e12
     breakdown = microbatch.as_dict(a.num_microbatches)
     breakdown.update(pipeline_bubble=bubble, dp_comm=dp, optimizer=optimizer)
-    peak = hardware_bf16_peak or a.bf16_peak
     return TimeEstimate(
         step_seconds=step,
         tokens_per_sec_per_gpu=a.tokens_per_step / step / a.world_size,
         model_tflops_per_gpu=tflops,
-        mfu=tflops * 1e12 / peak,
+        mfu=tflops * 1e12 / a.bf16_peak,
         breakdown=breakdown,
         critical_stage=a.stages[critical].rank,
     )
