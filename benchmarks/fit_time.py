@@ -27,24 +27,11 @@ from scipy.optimize import least_squares
 
 from benchmarks.perf_rows import PerfCase, long_context_cases, perf_cases
 from benchmarks.published import REFERENCE, REPO, write_coefficients
-from lcmoe.estimate.time import RunAmounts, TimeCoefficients, combine, time_amounts
+from lcmoe.estimate.time import COEFFICIENT_BOUNDS, RunAmounts, TimeCoefficients, combine, time_amounts
 
 OUTPUT = REPO / "src" / "lcmoe" / "data" / "time_coefficients.yaml"
-# name, lower, upper. Upper bounds are the measured ceilings of kernels-and-links.md §8
-# (BF16 GEMM MAMF ≈ 0.80, FP8 ≈ 0.76, grouped GEMM ≤ 0.68, attention fwd+bwd ≤ 0.75), so no
-# coefficient can claim more than the hardware was ever measured to deliver.
-BOUNDS = {
-    "gemm_efficiency_bf16": (0.3, 0.82),
-    "gemm_efficiency_fp8": (0.2, 0.78),
-    "gemm_efficiency_fp4": (0.1, 0.78),
-    "grouped_gemm_efficiency": (0.1, 0.7),
-    "attention_efficiency": (0.2, 0.75),
-    "layer_overhead_seconds": (0.0, 3.0e-3),
-    "moe_layer_overhead_seconds": (0.0, 3.0e-3),
-    "ep_comm_efficiency": (0.1, 1.0),
-    "ep_network_efficiency": (0.1, 1.0),
-    "cp_ring_hidden": (0.0, 1.0),
-}
+# The fitted subset of the shared bounds (measured ceilings; see time.py COEFFICIENT_BOUNDS).
+BOUNDS = {k: v for k, v in COEFFICIENT_BOUNDS.items() if k not in ("nvlink_efficiency", "scaleout_efficiency")}
 
 
 def parameters_for(cases: list[PerfCase]) -> list[str]:

@@ -12,6 +12,7 @@ import typer
 
 from lcmoe.cli.catalog_cmds import hardware, models
 from lcmoe.cli.check_cmd import check
+from lcmoe.cli.diagnose_cmd import calibrate, diagnose, preflight
 from lcmoe.cli.estimate_cmd import estimate
 from lcmoe.cli.flops_cmd import flops
 from lcmoe.cli.plan_cmd import plan, sweep
@@ -30,6 +31,9 @@ app.command("estimate")(estimate)
 app.command("plan")(plan)
 app.command("sweep")(sweep)
 app.command("check")(check)
+app.command("diagnose")(diagnose)
+app.command("preflight")(preflight)
+app.command("calibrate")(calibrate)
 
 
 def main(argv: list[str] | None = None) -> None:

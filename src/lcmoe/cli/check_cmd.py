@@ -95,6 +95,7 @@ def check(
     megatron_core_version: str = typer.Option("0.19.2", "--megatron-core-version"),
     hardware_file: Path = ro.HW_FILE,
     hw: list[str] = ro.HW_SET,
+    calibration: Path = ro.CALIBRATION,
     json_output: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """Check an existing config: legality with fixes, the memory verdict, the time estimate and the LC-* rules."""
@@ -108,7 +109,7 @@ def check(
     advice = [a.as_dict() for a in advise(run)]
     result: dict[str, Any] = {"format": fmt, "errors": errors, "advice": advice}
     if not errors:
-        result.update(estimate_run(run))
+        result.update(estimate_run(run, ro.time_coefficients(calibration, run.hardware)))
     warnings = [a for a in advice if a["severity"] in ("warn", "error")]
     if errors:
         code = EXIT_BAD_INPUT

@@ -63,6 +63,7 @@ def estimate(
     hw: list[str] = ro.HW_SET,
     scaleout_gbps: float = ro.SCALEOUT,
     gpus_per_node: int = ro.PER_NODE,
+    calibration: Path = ro.CALIBRATION,
     json_output: bool = typer.Option(False, "--json", help="print JSON"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="verdict line only"),
 ) -> None:
@@ -105,7 +106,7 @@ def estimate(
         first = broken[0]
         more = f" (+{len(broken) - 1} more; `lcmoe check` lists all)" if len(broken) > 1 else ""
         abort(f"[{first.rule}] {first.message}; fix: {first.fix} ({first.source}){more}.")
-    result = estimate_run(run)
+    result = estimate_run(run, ro.time_coefficients(calibration, run.hardware))
     if json_output:
         print_json(result)
     else:

@@ -53,6 +53,7 @@ def _request(
     hw: list[str],
     scaleout_gbps: float | None,
     gpus_per_node: int | None,
+    calibration: Path | None = None,
 ) -> Any:
     from lcmoe.errors import LcmoeError
     from lcmoe.plan.search import PlanRequest
@@ -90,6 +91,7 @@ def _request(
         megatron_core_version=megatron_core_version,
         allow_offload=not no_offload,
         allow_cuda_graphs=not no_cuda_graphs,
+        time_coefficients=ro.time_coefficients(calibration, hardware),
     )
 
 
@@ -131,7 +133,7 @@ def plan_payload(request: Any, result: Any) -> dict[str, Any]:
     if reference:
         name, run = reference
         memory = estimate_memory(run.model, run.hardware, run.layout, run.options)
-        ref = Plan(run, memory, estimate_time(run)).as_dict()
+        ref = Plan(run, memory, estimate_time(run, request.time_coefficients)).as_dict()
         ref["name"] = name
         ref["violations"] = [v.as_dict() for v in violations(run, megatron_core_version=request.megatron_core_version)]
         best = result.plans[0].tokens_per_sec_per_gpu if result.plans else 0.0
@@ -167,6 +169,7 @@ def plan(
     hw: list[str] = ro.HW_SET,
     scaleout_gbps: float = ro.SCALEOUT,
     gpus_per_node: int = ro.PER_NODE,
+    calibration: Path = ro.CALIBRATION,
     json_output: bool = typer.Option(False, "--json", help="print JSON"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="best plan line only"),
 ) -> None:
@@ -188,6 +191,7 @@ def plan(
         hw,
         scaleout_gbps,
         gpus_per_node,
+        calibration,
     )
     result = _progress_search(request, quiet or json_output)
     if not result.plans:
@@ -320,6 +324,7 @@ def sweep(
     hw: list[str] = ro.HW_SET,
     scaleout_gbps: float = ro.SCALEOUT,
     gpus_per_node: int = ro.PER_NODE,
+    calibration: Path = ro.CALIBRATION,
     json_output: bool = typer.Option(False, "--json", help="print JSON"),
 ) -> None:
     """The best plan per sequence length (the shape of the guidance's CP-scaling table)."""
@@ -345,6 +350,7 @@ def sweep(
             hw,
             scaleout_gbps,
             gpus_per_node,
+            calibration,
         )
         result = _progress_search(request, json_output)
         best = result.plans[0].as_dict() if result.plans else None

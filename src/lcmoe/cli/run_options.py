@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from lcmoe.cli.common import resolve_hardware, resolve_model
 from lcmoe.run import RunConfig
+
+if TYPE_CHECKING:
+    from lcmoe.estimate.time import TimeCoefficients
+    from lcmoe.specs.hardware import HardwareSpec
 
 MODEL = typer.Option(..., "--model", "-m", help="catalog model, lcmoe YAML or HF config.json")
 GPU = typer.Option("h100", "--gpu", "-g", help="catalog GPU (lcmoe hardware)")
@@ -17,6 +22,16 @@ HW_FILE = typer.Option(None, "--hardware-file", help="your own hardware YAML")
 HW_SET = typer.Option([], "--hw", help="override a hardware field, FIELD=VALUE (repeatable)")
 SCALEOUT = typer.Option(None, "--scaleout-gbps", help="scale-out NIC Gb/s per GPU")
 PER_NODE = typer.Option(None, "--gpus-per-node", help="GPUs per node")
+CALIBRATION = typer.Option(None, "--calibration", help="cluster.yaml from `lcmoe calibrate` (your measured speed)")
+
+
+def time_coefficients(calibration: Path | None, hardware: HardwareSpec) -> TimeCoefficients | None:
+    """The calibration file's coefficients for ``hardware``, or None for the shipped fit."""
+    if calibration is None:
+        return None
+    from lcmoe.estimate.calibration import coefficients_for, load_calibration
+
+    return coefficients_for(hardware, load_calibration(calibration))
 
 
 def build_run(

@@ -284,3 +284,61 @@ def parse_megatron_args(text: str | list[str], *, world_size: int, vocab_size: i
     model = model_from_args(args, vocab_size=vocab_size)
     layout = layout_from_args(args, world_size=world_size, num_layers=model.num_layers)
     return ParsedRun(model, layout, options_from_args(args), args)
+
+
+# Argument dump names whose command-line flag is not the name with '-' for '_'
+# (megatron/training/arguments.py: ``--fp8-format`` has dest ``fp8``; ``--disable-bias-linear``
+# is ``store_false`` into ``add_bias_linear``).
+_DUMP_RENAMES = {"fp8": "fp8-format"}
+_DUMP_STORE_FALSE = {"add_bias_linear": "disable-bias-linear"}
+
+
+def args_from_dump(dump: dict[str, str]) -> dict[str, Any]:
+    """The ``-- arguments --`` block a Megatron-LM run prints (``_print_args``: ``name .... value``
+    with Python ``str()`` values) → the {flag: value} form :func:`tokenize_args` gives, so a log's
+    own configuration goes through the same parser as a command line."""
+    import ast
+
+    args: dict[str, Any] = {}
+    for name, text in dump.items():
+        value = text.strip()
+        if name in _DUMP_STORE_FALSE:
+            if value == "False":
+                args[_DUMP_STORE_FALSE[name]] = True
+            continue
+        if value in ("None", "False", ""):
+            continue
+        flag = _DUMP_RENAMES.get(name, name.replace("_", "-"))
+        if value == "True":
+            args[flag] = True
+        elif value.startswith("[") and value.endswith("]"):
+            try:
+                parsed = ast.literal_eval(value)
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                continue
+            if flag in _LIST_FLAGS:
+                args[flag] = [str(v) for v in parsed] if isinstance(parsed, list) else [str(parsed)]
+            else:
+                args[flag] = value.replace(" ", "")
+        else:
+            args[flag] = value
+    return args
+
+
+def run_args_from_dump(dump: dict[str, str]) -> tuple[dict[str, Any], int | None, int | None]:
+    """(flags, world size, padded vocabulary) from an argument dump; the last two are None when absent."""
+    args = args_from_dump(dump)
+    world = _int(args, "world-size")
+    vocab = _int(args, "padded-vocab-size")
+    return args, world, vocab
+
+
+def parse_megatron_dump(dump: dict[str, str], *, world_size: int | None = None) -> ParsedRun:
+    """The whole run an argument dump describes; ``world_size`` overrides the dump's own."""
+    args, dumped_world, vocab = run_args_from_dump(dump)
+    world = world_size or dumped_world
+    if not world:
+        raise LcmoeError("world_size", None, "is not in the argument dump", "pass --gpus")
+    model = model_from_args(args, vocab_size=vocab, name="from-log")
+    layout = layout_from_args(args, world_size=world, num_layers=model.num_layers)
+    return ParsedRun(model, layout, options_from_args(args), args)

@@ -6,12 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from lcmoe.estimate.memory import estimate_memory
-from lcmoe.estimate.time import estimate_time
+from lcmoe.estimate.time import TimeCoefficients, estimate_time
 from lcmoe.run import RunConfig
 from lcmoe.units import format_tokens
 
 
-def estimate_run(run: RunConfig) -> dict[str, Any]:
+def estimate_run(run: RunConfig, coefficients: TimeCoefficients | None = None) -> dict[str, Any]:
+    """``coefficients``: a user calibration (estimate/calibration.py); None = the shipped fit."""
     memory = estimate_memory(run.model, run.hardware, run.layout, run.options)
     result: dict[str, Any] = {
         "inputs": {
@@ -29,5 +30,5 @@ def estimate_run(run: RunConfig) -> dict[str, Any]:
         "layout": run.layout.as_dict(),
         "memory": memory.as_dict(),
     }
-    result["time"] = estimate_time(run).as_dict()
+    result["time"] = estimate_time(run, coefficients).as_dict()
     return result

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from lcmoe.errors import LcmoeError
 from lcmoe.estimate.memory import MemoryEstimate, estimate_memory, model_state_bytes, stage_params_per_gpu
-from lcmoe.estimate.time import TimeEstimate, estimate_time
+from lcmoe.estimate.time import TimeCoefficients, TimeEstimate, estimate_time
 from lcmoe.layout import ParallelLayout, auto_pipeline_layout, layers_split_evenly, pipeline_stages
 from lcmoe.rules.advice import Advice, advise, suggested_cp
 from lcmoe.rules.legality import violations
@@ -44,6 +44,7 @@ class PlanRequest:
     megatron_core_version: str = "0.19.2"
     allow_offload: bool = True
     allow_cuda_graphs: bool = True
+    time_coefficients: TimeCoefficients | None = None  # a user calibration; None = shipped
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,7 +311,7 @@ def search(request: PlanRequest, progress: Callable[[int, int], None] | None = N
             if fitted is None:
                 if len(over) < 64:  # enough to name the closest plan when nothing fits
                     memory = estimate_memory(run.model, run.hardware, run.layout, run.options)
-                    over.append(Plan(run, memory, estimate_time(run)))
+                    over.append(Plan(run, memory, estimate_time(run, request.time_coefficients)))
                 continue
             best_variant: Plan | None = None
             for variant in _variants(request, fitted):
@@ -319,7 +320,7 @@ def search(request: PlanRequest, progress: Callable[[int, int], None] | None = N
                 memory = estimate_memory(variant.model, variant.hardware, variant.layout, variant.options)
                 if not _fits(memory, request.memory_margin):
                     continue
-                plan = Plan(variant, memory, estimate_time(variant))
+                plan = Plan(variant, memory, estimate_time(variant, request.time_coefficients))
                 if best_variant is None or plan.tokens_per_sec_per_gpu > best_variant.tokens_per_sec_per_gpu:
                     best_variant = plan
             if best_variant is not None:
@@ -385,7 +386,7 @@ def _first_fitting(request: PlanRequest, run: RunConfig) -> RunConfig | None:
             break
     if not candidates:
         return None
-    return max(candidates, key=lambda r: estimate_time(r).tokens_per_sec_per_gpu)
+    return max(candidates, key=lambda r: estimate_time(r, request.time_coefficients).tokens_per_sec_per_gpu)
 
 
 def _parallel_key(plan: Plan) -> tuple[int, ...]:

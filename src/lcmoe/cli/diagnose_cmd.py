@@ -1,0 +1,341 @@
+"""`lcmoe diagnose`, `lcmoe preflight` and `lcmoe calibrate`: what a run's log says, whether a
+node is ready, and the cluster's measured speed.
+
+Exit codes: diagnose 0 nothing wrong, 1 findings (OOM, slower than predicted, communication
+failure, regression), 2 bad input; preflight 0 / 1 / 2 by the worst check (pass / warn / fail);
+calibrate 0 written, 2 bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from lcmoe.cli import run_options as ro
+from lcmoe.cli.common import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, print_json, resolve_hardware, stdout
+from lcmoe.diagnose.logs import LogSummary
+from lcmoe.errors import LcmoeError
+from lcmoe.run import RunConfig
+
+GIB = 1024.0**3
+MIN_INTERVALS_FOR_SPEED = 3  # fewer steady intervals are noise, not a speed
+PLAN = typer.Option(None, "--plan", help="plan.json (or its --emit directory) the run used")
+CONFIG = typer.Option(None, "--config", help="the run's config: Megatron-LM args, Bridge overrides or YAML")
+MODEL = typer.Option(None, "--model", "-m", help="catalog model (needed with a Bridge --config)")
+GPU = typer.Option(None, "--gpu", "-g", help="catalog GPU (default: the plan's, else h100)")
+GPUS = typer.Option(None, "--gpus", "-n", help="total GPUs (default: the plan's or the log's world size)")
+SEQ = typer.Option(None, "--seq-len", "-s", help="if the config does not set it")
+
+_COMM_FIXES = {
+    "deepep": "DeepEP failed: check NVSHMEM / IBGDA in the container and the buffer sizes; "
+    "fall back to --dispatchers alltoall to confirm (LC-DISPATCHER)",
+    "hybridep": "HybridEP failed: check NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN and the NVLink domain; "
+    "fall back to alltoall to confirm (LC-DISPATCHER)",
+    "nccl": "NCCL failed: rerun with NCCL_DEBUG=INFO; check the fabric, NCCL_IB_* settings and timeouts",
+}
+
+
+def resolve_log_run(
+    summary: LogSummary,
+    *,
+    plan: Path | None,
+    config: Path | None,
+    model: str | None,
+    gpu: str | None,
+    gpus: int | None,
+    seq_len: str | None,
+) -> tuple[RunConfig | None, str]:
+    """The run behind a log: --plan, else --config, else the log's own argument dump."""
+    from lcmoe.config_io.plan_json import read_plan, run_from_plan
+
+    if plan is not None:
+        doc = read_plan(plan)
+        hardware = resolve_hardware(gpu) if gpu else None
+        return run_from_plan(doc, hardware=hardware), f"plan {plan}"
+    hardware = resolve_hardware(gpu or "h100")
+    assumed = "" if gpu else " (GPU assumed h100; pass --gpu)"
+    if config is not None:
+        from lcmoe.cli.check_cmd import parse_run, read_input
+
+        if gpus is None:
+            raise LcmoeError("--gpus", None, "is needed with --config", "e.g. --gpus 256")
+        _, run = parse_run(
+            read_input(str(config)), model=model, gpu=hardware.name, gpus=gpus, seq_len=seq_len, hardware=hardware
+        )
+        return run, f"config {config}{assumed}"
+    if summary.arguments:
+        from lcmoe.config_io.megatron_args import layout_from_args, parse_megatron_dump, run_args_from_dump
+
+        if model is not None:
+            from lcmoe.cli.common import resolve_model
+            from lcmoe.config_io.megatron_args import options_from_args
+
+            spec = resolve_model(model)
+            args, world, _ = run_args_from_dump(summary.arguments)
+            world = gpus or world
+            if not world:
+                raise LcmoeError("--gpus", None, "is needed (the dump has no world_size)", "e.g. --gpus 256")
+            layout = layout_from_args(args, world_size=world, num_layers=spec.num_layers)
+            return RunConfig(spec, hardware, layout, options_from_args(args)), f"the log's argument dump{assumed}"
+        parsed = parse_megatron_dump(summary.arguments, world_size=gpus)
+        return RunConfig(parsed.model, hardware, parsed.layout, parsed.options), f"the log's argument dump{assumed}"
+    return None, "none: pass --plan, or --config with --gpus (Bridge logs carry no argument dump)"
+
+
+def diagnose(
+    log: str = typer.Argument(..., help="training log (plain or .gz), or - for standard input"),
+    baseline: str = typer.Option(None, "--baseline", help="the earlier run's log: report a regression"),
+    plan: Path = PLAN,
+    config: Path = CONFIG,
+    model: str = MODEL,
+    gpu: str = GPU,
+    gpus: int = GPUS,
+    seq_len: str = SEQ,
+    margin: float = typer.Option(0.05, "--margin", help="memory safety margin for the remedies"),
+    calibration: Path = ro.CALIBRATION,
+    json_output: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """Read a training log: OOM cause and remediation ladder, measured vs predicted speed, or a regression."""
+    from lcmoe.diagnose.logs import read_log
+
+    summary = read_log(log)
+    if baseline is not None:
+        _regression(read_log(baseline), summary, json_output)
+        return
+    result: dict[str, Any] = {"log": summary.as_dict()}
+    run, source = resolve_log_run(summary, plan=plan, config=config, model=model, gpu=gpu, gpus=gpus, seq_len=seq_len)
+    result["config_source"] = source
+    coefficients = ro.time_coefficients(calibration, run.hardware) if run else None
+    findings = bool(summary.comm_failures)
+    result["comm_failures"] = [
+        {"library": c.library, "line": c.line_number, "text": c.text, "fix": _COMM_FIXES[c.library]}
+        for c in summary.comm_failures
+    ]
+    if run is not None:
+        from lcmoe.estimate.memory import estimate_memory
+
+        memory = estimate_memory(run.model, run.hardware, run.layout, run.options)
+        peak = summary.peak_memory()
+        if peak is not None and peak.max_allocated:
+            result["memory"] = {
+                "measured_max_allocated_bytes": peak.max_allocated,
+                "measured_rank": peak.rank,
+                "predicted_peak_allocated_bytes": memory.peak_allocated_bytes,
+                "error": memory.peak_allocated_bytes / peak.max_allocated - 1,
+            }
+    if summary.ooms:
+        findings = True
+        if run is not None:
+            from lcmoe.diagnose.oom import diagnose_oom
+
+            result["oom"] = diagnose_oom(run, summary, margin=margin, coefficients=coefficients).as_dict()
+        else:
+            result["oom"] = {"evidence": [o["tried_bytes"] for o in result["log"]["ooms"]], "ladder": []}
+    from lcmoe.diagnose.steps import step_stats
+
+    stats = step_stats(summary)
+    if stats is not None:
+        result["steps"] = stats.as_dict()
+        if run is not None and stats.intervals >= MIN_INTERVALS_FOR_SPEED:
+            from lcmoe.diagnose.performance import diagnose_speed
+
+            speed = diagnose_speed(run, stats, summary, coefficients=coefficients, margin=margin)
+            result["speed"] = speed.as_dict()
+            findings = findings or speed.verdict == "slower than predicted"
+    code = EXIT_FINDINGS if findings else EXIT_OK
+    result["exit_code"] = code
+    if json_output:
+        print_json(result)
+    else:
+        _render_diagnosis(result)
+    raise typer.Exit(code)
+
+
+def _regression(a: LogSummary, b: LogSummary, json_output: bool) -> None:
+    from lcmoe.diagnose.regression import compare
+
+    report = compare(a, b)
+    result = report.as_dict()
+    code = (
+        EXIT_FINDINGS if report.step_verdict.startswith("regression") or report.memory_verdict == "more memory" else 0
+    )
+    result["exit_code"] = code
+    if json_output:
+        print_json(result)
+        raise typer.Exit(code)
+    for label, stats in (("baseline", report.baseline), ("candidate", report.candidate)):
+        if stats:
+            stdout.print(
+                f"{label}: median step {stats.median_seconds:.3f} s ± {stats.sigma_seconds:.3f} "
+                f"over {stats.intervals} intervals ({stats.warmup_dropped} warm-up dropped)"
+            )
+    if report.step_change is not None and report.step_band is not None:
+        stdout.print(
+            f"step time {100 * report.step_change:+.1f}% (noise band ±{100 * report.step_band:.1f}%): "
+            f"[bold]{report.step_verdict}[/]"
+        )
+    else:
+        stdout.print(report.step_verdict)
+    if report.memory_change is not None:
+        stdout.print(f"peak allocated {100 * report.memory_change:+.1f}%: {report.memory_verdict}")
+    else:
+        stdout.print(report.memory_verdict)
+    for key, (old, new) in report.config_diff.items():
+        stdout.print(f"  {key}: {old} → {new}", highlight=False)
+    for cause in report.causes:
+        args = ", ".join(cause["arguments"]) if cause["arguments"] else ""  # type: ignore[arg-type]
+        stdout.print(f"likely cause [{cause['rule']}] {cause['effect']} {args}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _render_diagnosis(result: dict[str, Any]) -> None:
+    log = result["log"]
+    stdout.print(
+        f"read {log['lines']} lines ({log['bytes_read'] / 1e6:.1f} MB): found {', '.join(log['found']) or 'nothing'}"
+        + (f"; missing {', '.join(log['missing'])}" if log["missing"] else "")
+        + (f"; {log['garbage_lines']} unreadable record lines skipped" if log["garbage_lines"] else ""),
+        highlight=False,
+    )
+    stdout.print(f"config: {result['config_source']}", highlight=False)
+    if "memory" in result:
+        m = result["memory"]
+        stdout.print(
+            f"memory: measured max allocated {m['measured_max_allocated_bytes'] / GIB:.1f} GiB (rank "
+            f"{m['measured_rank']}), predicted {m['predicted_peak_allocated_bytes'] / GIB:.1f} GiB "
+            f"({100 * m['error']:+.1f}%)"
+        )
+    oom = result.get("oom")
+    if oom:
+        stdout.print("[bold red]out of memory[/]")
+        for stage in oom.get("over_stages", []):
+            parts = ", ".join(f"{k} {v / GIB:.1f}" for k, v in stage["largest_components"].items())
+            stdout.print(
+                f"  stage {stage['stage']}: predicted {stage['peak_reserved_bytes'] / GIB:.1f} GiB, "
+                f"{stage['over_bytes'] / GIB:+.1f} GiB over capacity; largest: {parts} GiB"
+            )
+        for note in oom.get("evidence", []):
+            stdout.print(f"  evidence: {note}", highlight=False)
+        if oom.get("ladder"):
+            stdout.print("  remediation ladder (each one change to the failing config):")
+            for rung in oom["ladder"]:
+                mark = "fits" if rung["fits"] else ("illegal" if not rung["legal"] else "over")
+                stdout.print(
+                    f"    {mark:7s} {rung['change']} [{rung['rule'] or '-'}]: peak "
+                    f"{rung['peak_reserved_bytes'] / GIB:.1f}/{rung['capacity_bytes'] / GIB:.0f} GiB, "
+                    f"throughput {100 * rung['throughput_change']:+.1f}%",
+                    highlight=False,
+                )
+        if oom.get("recommended"):
+            stdout.print(f"  [bold]recommended:[/] {oom['recommended']['change']}", highlight=False)
+            fastest = oom.get("fastest")
+            if fastest and fastest["change"] != oom["recommended"]["change"]:
+                stdout.print(f"  fastest that fits: {fastest['change']}", highlight=False)
+        elif oom.get("min_gpus_needed"):
+            stdout.print(f"  no single change fits; the planner needs at least {oom['min_gpus_needed']} GPUs")
+    if "steps" in result:
+        s = result["steps"]
+        stdout.print(
+            f"steps: median {s['median_step_seconds']:.3f} s ± {s['sigma_step_seconds']:.3f} over "
+            f"{s['intervals']} intervals ({s['source']}, {s['warmup_dropped']} warm-up dropped)"
+        )
+    speed = result.get("speed")
+    if speed:
+        stdout.print(
+            f"speed: measured {speed['measured_step_seconds']:.3f} s vs predicted "
+            f"{speed['predicted_step_seconds']:.3f} s "
+            f"(×{speed['measured_over_predicted']:.2f}, band ±{100 * speed['band']:.0f}%): [bold]{speed['verdict']}[/]"
+        )
+        top = sorted(speed["breakdown_seconds"].items(), key=lambda kv: -kv[1])[:6]
+        stdout.print("  predicted step: " + ", ".join(f"{k} {v:.3f}s" for k, v in top), highlight=False)
+        stdout.print(f"  bottleneck (largest non-compute term): {speed['bottleneck']}")
+        for note in speed["notes"]:
+            stdout.print(f"  note: {note}", highlight=False)
+        for knob in speed["knobs"][:5]:
+            fits = "fits" if knob["fits"] else "does not fit"
+            stdout.print(
+                f"  try [{knob['rule']}] {knob['change']}: {100 * knob['throughput_change']:+.1f}% tokens/s ({fits})",
+                highlight=False,
+            )
+    for failure in result["comm_failures"][:5]:
+        stdout.print(f"[red]{failure['library']}[/] line {failure['line']}: {failure['text']}", highlight=False)
+        stdout.print(f"  fix: {failure['fix']}", highlight=False)
+    if not oom and "speed" not in result and result["config_source"].startswith("none"):
+        stdout.print(f"no prediction: config {result['config_source']}")
+
+
+def preflight(
+    plan: Path = PLAN,
+    json_output: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """Check this node before spending an allocation: versions, GPUs, dispatcher packages, environment."""
+    from lcmoe.config_io.plan_json import read_plan, run_from_plan
+    from lcmoe.diagnose.preflight import checks, probe_node, worst_exit_code
+
+    run = target = None
+    if plan is not None:
+        doc = read_plan(plan)
+        run = run_from_plan(doc)
+        target = (doc.get("target") or {}).get("megatron_core") or doc["inputs"].get("megatron_core_version")
+    results = checks(probe_node(), run, target_megatron_core=target)
+    code = worst_exit_code(results)
+    if json_output:
+        print_json({"checks": [c.as_dict() for c in results], "exit_code": code})
+        raise typer.Exit(code)
+    colors = {"pass": "green", "warn": "yellow", "fail": "red"}
+    for c in results:
+        fix = f" — fix: {c.fix}" if c.fix and c.status != "pass" else ""
+        stdout.print(f"[{colors[c.status]}]{c.status:4s}[/] {c.name}: {c.detail}{fix}", highlight=False)
+    raise typer.Exit(code)
+
+
+def calibrate(
+    logs: list[str] = typer.Argument(..., help="training logs of this cluster (steady-state iteration lines)"),
+    out: Path = typer.Option(..., "--out", "-o", help="where to write cluster.yaml"),
+    plan: Path = PLAN,
+    config: Path = CONFIG,
+    model: str = MODEL,
+    gpu: str = GPU,
+    gpus: int = GPUS,
+    seq_len: str = SEQ,
+    json_output: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """Refit the time model's efficiencies from your measured runs; use with --calibration FILE."""
+    import yaml
+
+    from lcmoe.diagnose.logs import read_log
+    from lcmoe.diagnose.steps import step_stats
+    from lcmoe.emit.writer import atomic_write_text
+    from lcmoe.estimate.calibration import MeasuredRun
+    from lcmoe.estimate.calibration import calibrate as fit
+
+    measured = []
+    for log in logs:
+        summary = read_log(log)
+        stats = step_stats(summary)
+        if stats is None:
+            raise LcmoeError(
+                "LOG", log, "has no iteration or Step Time lines", "pass a log of at least a few iterations"
+            )
+        run, _ = resolve_log_run(
+            summary, plan=plan, config=config, model=model, gpu=gpu, gpus=gpus, seq_len=seq_len
+        )
+        if run is None:
+            raise LcmoeError("LOG", log, "has no argument dump", "pass --plan, or --config with --gpus")
+        measured.append(MeasuredRun(run, stats.median_seconds, source=str(log)))
+    calibration = fit(measured)
+    document = calibration.as_dict()
+    atomic_write_text(out, "# Written by lcmoe calibrate; pass with --calibration.\n" + yaml.safe_dump(document))
+    if json_output:
+        print_json(document)
+        raise typer.Exit(EXIT_OK)
+    scales = ", ".join(f"{k} ×{v:.3f}" for k, v in calibration.scales.items())
+    stdout.print(
+        f"wrote {out}: {len(measured)} run(s) on {calibration.hardware}, scales {scales}; "
+        f"error on these runs {calibration.mape_before:.1f}% → {calibration.mape_after:.1f}%",
+        highlight=False,
+    )
+    raise typer.Exit(EXIT_OK)
+
+
+__all__ = ["EXIT_BAD_INPUT", "calibrate", "diagnose", "preflight"]

@@ -1,0 +1,507 @@
+"""Streaming parser for Megatron Bridge and Megatron-LM training logs.
+
+Line formats (megatron-bridge-facts.md §7, with the Bridge/Megatron-LM sources it cites):
+- iteration line, ``training_log`` (Bridge ``train_utils.py:1088-1140``; Megatron-LM
+  ``training.py`` prints the same fields): ``iteration N/ M | … | elapsed time per iteration
+  (ms): X | [throughput per GPU (TFLOP/s/GPU): X |] … | global batch size: N | lm loss: X | …
+  | number of nan iterations: N |``;
+- Bridge rank-0 summary (``train_utils.py:1050``): ``Step Time : Xs GPU utilization: XMODEL_TFLOP/s/GPU``;
+- memory report, Bridge (``train_utils.py:1142-1211``, decimal GB): ``[Rank R] (after N iterations)
+  memory (GB) | mem-max-allocated-gigabytes: X | …``; Megatron-LM ``report_memory`` (MiB):
+  ``[Rank R] (after N iterations) memory (MB) | allocated: X | max allocated: X | reserved: X |
+  max reserved: X``;
+- theoretical memory (``theoretical_memory_utils.py:305-352``, MiB): ``Theoretical memory
+  footprints: weight and optimizer=X MB[, activation=X MB, total=X MB]``;
+- timers (``mcore/timers.py:338-355``): ``name ....: (min, max)`` under ``(min, max) time across ranks (ms):``;
+- the Megatron-LM argument dump between ``-- arguments --`` and ``-- end of arguments --``
+  (``arguments.py`` ``_print_args``: ``  name ..... value``);
+- PyTorch OOM: ``CUDA out of memory. Tried to allocate X GiB. GPU i has a total capacity of X GiB
+  of which X MiB is free. … this process has X GiB memory in use. Of the allocated memory X GiB is
+  allocated by PyTorch, and X MiB is reserved by PyTorch but unallocated.``;
+- communication-library failures (NCCL errors, DeepEP / HybridEP buffer or assertion failures),
+  which surface as other RuntimeErrors.
+
+Logs can be gigabytes, with ranks interleaved and lines cut. The reader streams bytes, caps a
+line at ``MAX_LINE_BYTES`` (the rest of an over-long line is skipped), decodes with replacement,
+keeps at most ``MAX_ITERATIONS`` iteration records (the latest) and small fixed caps for every
+other kind, and never raises on content: a line that looks like a record but does not parse is
+counted as garbage."""
+
+from __future__ import annotations
+
+import gzip
+import math
+import re
+import sys
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, cast
+
+from lcmoe.errors import LcmoeError
+
+MAX_LINE_BYTES = 64 * 1024
+MAX_ITERATIONS = 50_000
+MAX_EVENTS = 64
+MAX_MEMORY_REPORTS = 4096
+MAX_CONFIG_KEYS = 5000
+
+# Launcher prefixes: torchrun ``[rank3]:``, srun --label ``3:``, mpirun ``[1,3]<stdout>:``, host:rank.
+_PREFIX = re.compile(r"^\s*(?:\[rank(\d+)\]:|(\d+):\s|\[\d+,(\d+)\]<std(?:out|err)>:|\[[\w.-]+:(\d+)\]:)")
+_ITERATION = re.compile(r"iteration\s+(\d+)\s*/\s*(\d+)\s*\|")
+_ELAPSED = re.compile(r"elapsed time per iteration \(ms\):\s*([\d.]+)")
+_THROUGHPUT = re.compile(r"throughput per GPU \(TFLOP/s/GPU\):\s*([\d.]+)")
+_GBS = re.compile(r"global batch size:\s*(\d+)")
+_LOSS = re.compile(r"lm loss:\s*([-+\d.eEnaifNAIF]+)")
+_NAN_ITERS = re.compile(r"number of nan iterations:\s*(\d+)")
+_SKIPPED_ITERS = re.compile(r"number of skipped iterations:\s*(\d+)")
+_STEP_TIME = re.compile(r"Step Time : ([\d.]+)s GPU utilization: ([\d.]+)\s*MODEL_TFLOP/s/GPU")
+_MEMORY = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \((GB|MB)\)(.*)")
+_MEMORY_FIELD = re.compile(r"\|\s*([\w -]+?):\s*([\d.]+(?:[eE][-+]?\d+)?)")
+_THEORETICAL = re.compile(
+    r"Theoretical memory footprints: weight and optimizer=([\d.]+) MB(?:, activation=([\d.]+) MB, total=([\d.]+) MB)?"
+)
+_TIMER = re.compile(r"^\s*([\w-]+(?: [\w-]+)*) \.+: \(([\d.]+), ([\d.]+)\)")
+_ARGS_START = re.compile(r"-{3,} arguments -{3,}")
+_ARGS_END = re.compile(r"-{3,} end of arguments -{3,}")
+_ARG_LINE = re.compile(r"^\s*([A-Za-z_][\w]*) (?:\.+ )?(.*?)\s*$")
+_SIZE = r"([\d.]+) ?([KMGT]i?B|bytes)"
+_OOM = re.compile(
+    r"CUDA out of memory\. Tried to allocate "
+    + _SIZE
+    + r"\. GPU (\d+) has a total capacity of "
+    + _SIZE
+    + r" of which "
+    + _SIZE
+    + r" is free"
+)
+_OOM_IN_USE = re.compile(r"this process has " + _SIZE + r" memory in use")
+_OOM_BY_PYTORCH = re.compile(r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch, and " + _SIZE)
+_COMM_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("hybridep", re.compile(r"hybrid[_ ]?ep.*(?:error|fail|assert|out of memory|exceed)", re.IGNORECASE)),
+    ("deepep", re.compile(r"deep[_ ]?ep.*(?:error|fail|assert|out of memory|exceed|timeout)", re.IGNORECASE)),
+    ("nccl", re.compile(r"NCCL (?:error|WARN)|nccl\w*Error|ncclUnhandledCudaError|NCCL timeout|Watchdog caught")),
+)
+# Cheap pre-filter for the communication-failure patterns (most NCCL lines are INFO chatter).
+_FAILURE_WORDS = ("rror", "WARN", "ail", "ssert", "xceed", "imeout", "atchdog", "memory")
+_UNITS = {
+    "B": 1,
+    "bytes": 1,
+    "KB": 1e3,
+    "MB": 1e6,
+    "GB": 1e9,
+    "TB": 1e12,
+    "KiB": 1024,
+    "MiB": 1024**2,
+    "GiB": 1024**3,
+    "TiB": 1024**4,
+}
+
+
+def _bytes(value: str, unit: str) -> float:
+    return float(value) * _UNITS[unit]
+
+
+def _finite(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+@dataclass(frozen=True, slots=True)
+class IterationRecord:
+    """One iteration line: ``elapsed_ms`` is the average over the logging interval."""
+
+    iteration: int
+    train_iters: int
+    elapsed_ms: float
+    tflops_per_gpu: float | None
+    global_batch_size: int | None
+    lm_loss: float | None
+    nan_iterations: int | None
+    skipped_iterations: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryReport:
+    """A per-rank memory report, in bytes. ``max_allocated`` is PyTorch's peak allocated (what the
+    estimator's ``peak_allocated_bytes`` predicts); ``max_reserved`` its peak reserved."""
+
+    rank: int
+    iteration: int
+    source: str  # "bridge" (decimal GB) or "megatron-lm" (MiB)
+    allocated: float | None
+    max_allocated: float | None
+    reserved: float | None
+    max_reserved: float | None
+    alloc_retries: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OomEvent:
+    line_number: int
+    rank: int | None
+    gpu_index: int
+    tried_bytes: float
+    capacity_bytes: float
+    free_bytes: float
+    process_in_use_bytes: float | None
+    allocated_by_pytorch_bytes: float | None
+    reserved_unallocated_bytes: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class CommFailure:
+    line_number: int
+    rank: int | None
+    library: str  # nccl | deepep | hybridep
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class TheoreticalMemory:
+    weight_and_optimizer_bytes: float
+    activation_bytes: float | None
+    total_bytes: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class LogSummary:
+    """Everything found in one log; counts say how much was read, skipped and kept."""
+
+    lines: int
+    bytes_read: int
+    overlong_lines: int
+    garbage_lines: int
+    iterations: tuple[IterationRecord, ...]
+    iteration_lines: int
+    step_summaries: tuple[tuple[float, float], ...]
+    memory_reports: tuple[MemoryReport, ...]
+    theoretical_memory: TheoreticalMemory | None
+    timers: dict[str, tuple[float, float]]
+    arguments: dict[str, str]
+    ooms: tuple[OomEvent, ...]
+    comm_failures: tuple[CommFailure, ...]
+    config_summary_seen: bool
+
+    @property
+    def found(self) -> list[str]:
+        kinds = {
+            "iteration lines": bool(self.iterations),
+            "Step Time lines": bool(self.step_summaries),
+            "memory reports": bool(self.memory_reports),
+            "theoretical memory": self.theoretical_memory is not None,
+            "timers": bool(self.timers),
+            "argument dump": bool(self.arguments),
+            "CUDA OOM": bool(self.ooms),
+            "communication failures": bool(self.comm_failures),
+        }
+        return [name for name, present in kinds.items() if present]
+
+    @property
+    def missing(self) -> list[str]:
+        wanted = ["iteration lines", "memory reports", "argument dump"]
+        return [name for name in wanted if name not in self.found]
+
+    def peak_memory(self) -> MemoryReport | None:
+        """The report with the highest ``max_allocated`` (the most loaded rank)."""
+        reports = [r for r in self.memory_reports if r.max_allocated is not None]
+        return max(reports, key=lambda r: r.max_allocated or 0.0) if reports else None
+
+    def as_dict(self) -> dict[str, object]:
+        peak = self.peak_memory()
+        return {
+            "lines": self.lines,
+            "bytes_read": self.bytes_read,
+            "overlong_lines": self.overlong_lines,
+            "garbage_lines": self.garbage_lines,
+            "iteration_lines": self.iteration_lines,
+            "iterations_kept": len(self.iterations),
+            "found": self.found,
+            "missing": self.missing,
+            "memory_reports": len(self.memory_reports),
+            "peak_max_allocated_bytes": peak.max_allocated if peak else None,
+            "peak_max_reserved_bytes": peak.max_reserved if peak else None,
+            "theoretical_memory": (
+                {
+                    "weight_and_optimizer_bytes": self.theoretical_memory.weight_and_optimizer_bytes,
+                    "activation_bytes": self.theoretical_memory.activation_bytes,
+                    "total_bytes": self.theoretical_memory.total_bytes,
+                }
+                if self.theoretical_memory
+                else None
+            ),
+            "timers_ms": {k: {"min": v[0], "max": v[1]} for k, v in self.timers.items()},
+            "argument_count": len(self.arguments),
+            "ooms": [
+                {
+                    "line": o.line_number,
+                    "rank": o.rank,
+                    "gpu": o.gpu_index,
+                    "tried_bytes": o.tried_bytes,
+                    "capacity_bytes": o.capacity_bytes,
+                    "free_bytes": o.free_bytes,
+                    "reserved_unallocated_bytes": o.reserved_unallocated_bytes,
+                }
+                for o in self.ooms
+            ],
+            "comm_failures": [
+                {"line": c.line_number, "rank": c.rank, "library": c.library, "text": c.text}
+                for c in self.comm_failures
+            ],
+        }
+
+
+@dataclass(slots=True)
+class _Builder:
+    lines: int = 0
+    bytes_read: int = 0
+    overlong: int = 0
+    garbage: int = 0
+    iteration_lines: int = 0
+    iterations: deque[IterationRecord] = field(default_factory=lambda: deque(maxlen=MAX_ITERATIONS))
+    steps: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=MAX_ITERATIONS))
+    memory: dict[tuple[int, int], MemoryReport] = field(default_factory=dict)
+    theoretical: TheoreticalMemory | None = None
+    timers: dict[str, tuple[float, float]] = field(default_factory=dict)
+    arguments: dict[str, str] = field(default_factory=dict)
+    in_arguments: bool = False
+    ooms: list[OomEvent] = field(default_factory=list)
+    comm: list[CommFailure] = field(default_factory=list)
+    config_summary: bool = False
+
+    def feed(self, raw: str) -> None:
+        self.lines += 1
+        rank, line = _split_prefix(raw)
+        if self.in_arguments:
+            if _ARGS_END.search(line):
+                self.in_arguments = False
+                return
+            match = _ARG_LINE.match(line)
+            if match and len(self.arguments) < MAX_CONFIG_KEYS:
+                self.arguments.setdefault(match.group(1), match.group(2))
+                return
+        if "iteration" in line and "|" in line:
+            if "memory (" in line:
+                self._memory(line)
+            else:
+                self._iteration(line)
+        elif "Step Time :" in line:
+            self._step(line)
+        elif "out of memory" in line:
+            self._oom(line, rank)
+        elif "Theoretical memory footprints" in line:
+            self._theoretical(line)
+        elif ": (" in line and "..." in line:
+            self._timer(line)
+        elif "arguments" in line and _ARGS_START.search(line) and not _ARGS_END.search(line):
+            self.in_arguments = True
+            self.arguments.clear()
+        elif "Configuration Summary" in line:
+            self.config_summary = True
+        if (
+            len(self.comm) < MAX_EVENTS
+            and ("NCCL" in line or "nccl" in line or "EP" in line or "_ep" in line)
+            and any(word in line for word in _FAILURE_WORDS)
+        ):
+            for library, pattern in _COMM_PATTERNS:
+                if pattern.search(line):
+                    self.comm.append(CommFailure(self.lines, rank, library, line.strip()[:300]))
+                    break
+
+    def _iteration(self, line: str) -> None:
+        head, elapsed = _ITERATION.search(line), _ELAPSED.search(line)
+        if not head or not elapsed:
+            self.garbage += 1
+            return
+        elapsed_ms = _finite(elapsed.group(1))
+        if elapsed_ms is None or elapsed_ms <= 0:
+            self.garbage += 1
+            return
+        tflops = _THROUGHPUT.search(line)
+        gbs = _GBS.search(line)
+        loss = _LOSS.search(line)
+        nan = _NAN_ITERS.search(line)
+        skipped = _SKIPPED_ITERS.search(line)
+        self.iteration_lines += 1
+        self.iterations.append(
+            IterationRecord(
+                iteration=int(head.group(1)),
+                train_iters=int(head.group(2)),
+                elapsed_ms=elapsed_ms,
+                tflops_per_gpu=_finite(tflops.group(1)) if tflops else None,
+                global_batch_size=int(gbs.group(1)) if gbs else None,
+                lm_loss=_finite(loss.group(1)) if loss else None,
+                nan_iterations=int(nan.group(1)) if nan else None,
+                skipped_iterations=int(skipped.group(1)) if skipped else None,
+            )
+        )
+
+    def _step(self, line: str) -> None:
+        match = _STEP_TIME.search(line)
+        step = _finite(match.group(1)) if match else None
+        tflops = _finite(match.group(2)) if match else None
+        if step is None or tflops is None or step <= 0:
+            self.garbage += 1
+            return
+        self.steps.append((step, tflops))
+
+    def _memory(self, line: str) -> None:
+        match = _MEMORY.search(line)
+        if not match:
+            self.garbage += 1
+            return
+        unit = 1e9 if match.group(3) == "GB" else 1024.0**2
+        values: dict[str, float] = {}
+        for key, value in _MEMORY_FIELD.findall(match.group(4)):
+            number = _finite(value)
+            if number is not None and number >= 0:
+                values[key.strip()] = number
+        if not values:
+            self.garbage += 1
+            return
+
+        def pick(*names: str) -> float | None:
+            for name in names:
+                if name in values:
+                    return values[name] * unit
+            return None
+
+        retries = values.get("mem-alloc-retires")
+        report = MemoryReport(
+            rank=int(match.group(1)),
+            iteration=int(match.group(2)),
+            source="bridge" if match.group(3) == "GB" else "megatron-lm",
+            allocated=pick("mem-allocated-gigabytes", "allocated"),
+            max_allocated=pick("mem-max-allocated-gigabytes", "max allocated"),
+            reserved=pick("mem-reserved-gigabytes", "reserved"),
+            max_reserved=pick("mem-max-reserved-gigabytes", "max reserved"),
+            alloc_retries=int(retries) if retries is not None else None,
+        )
+        key = (report.rank, report.iteration)
+        if key in self.memory or len(self.memory) < MAX_MEMORY_REPORTS:
+            self.memory[key] = report
+
+    def _theoretical(self, line: str) -> None:
+        match = _THEORETICAL.search(line)
+        if not match:
+            self.garbage += 1
+            return
+        mib = 1024.0**2
+        self.theoretical = TheoreticalMemory(
+            weight_and_optimizer_bytes=float(match.group(1)) * mib,
+            activation_bytes=float(match.group(2)) * mib if match.group(2) else None,
+            total_bytes=float(match.group(3)) * mib if match.group(3) else None,
+        )
+
+    def _timer(self, line: str) -> None:
+        match = _TIMER.match(line)
+        if match and (match.group(1) in self.timers or len(self.timers) < MAX_EVENTS):
+            low, high = _finite(match.group(2)), _finite(match.group(3))
+            if low is not None and high is not None:
+                self.timers[match.group(1)] = (low, high)
+
+    def _oom(self, line: str, rank: int | None) -> None:
+        match = _OOM.search(line)
+        if not match:
+            if "CUDA out of memory" in line:
+                self.garbage += 1
+            return
+        if len(self.ooms) >= MAX_EVENTS:
+            return
+        in_use = _OOM_IN_USE.search(line)
+        by_torch = _OOM_BY_PYTORCH.search(line)
+        self.ooms.append(
+            OomEvent(
+                line_number=self.lines,
+                rank=rank,
+                gpu_index=int(match.group(3)),
+                tried_bytes=_bytes(match.group(1), match.group(2)),
+                capacity_bytes=_bytes(match.group(4), match.group(5)),
+                free_bytes=_bytes(match.group(6), match.group(7)),
+                process_in_use_bytes=_bytes(in_use.group(1), in_use.group(2)) if in_use else None,
+                allocated_by_pytorch_bytes=_bytes(by_torch.group(1), by_torch.group(2)) if by_torch else None,
+                reserved_unallocated_bytes=_bytes(by_torch.group(3), by_torch.group(4)) if by_torch else None,
+            )
+        )
+
+    def build(self) -> LogSummary:
+        return LogSummary(
+            lines=self.lines,
+            bytes_read=self.bytes_read,
+            overlong_lines=self.overlong,
+            garbage_lines=self.garbage,
+            iterations=tuple(self.iterations),
+            iteration_lines=self.iteration_lines,
+            step_summaries=tuple(self.steps),
+            memory_reports=tuple(self.memory.values()),
+            theoretical_memory=self.theoretical,
+            timers=dict(self.timers),
+            arguments=dict(self.arguments),
+            ooms=tuple(self.ooms),
+            comm_failures=tuple(self.comm),
+            config_summary_seen=self.config_summary,
+        )
+
+
+def _split_prefix(line: str) -> tuple[int | None, str]:
+    match = _PREFIX.match(line)
+    if not match:
+        return None, line
+    rank = next((int(g) for g in match.groups() if g is not None), None)
+    return rank, line[match.end() :]
+
+
+def parse_log_lines(lines: Iterable[str]) -> LogSummary:
+    """Parse already-decoded lines (tests, stdin)."""
+    builder = _Builder()
+    for line in lines:
+        builder.bytes_read += len(line)
+        builder.feed(line[:MAX_LINE_BYTES])
+    return builder.build()
+
+
+def _bounded_lines(stream: BinaryIO, builder: _Builder) -> Iterator[str]:
+    """Lines of at most MAX_LINE_BYTES; the tail of a longer line is read and dropped."""
+    while True:
+        chunk = stream.readline(MAX_LINE_BYTES)
+        if not chunk:
+            return
+        builder.bytes_read += len(chunk)
+        if len(chunk) == MAX_LINE_BYTES and not chunk.endswith(b"\n"):
+            builder.overlong += 1
+            while True:
+                rest = stream.readline(MAX_LINE_BYTES)
+                builder.bytes_read += len(rest)
+                if not rest or rest.endswith(b"\n"):
+                    break
+        yield chunk.decode("utf-8", errors="replace").rstrip("\r\n")
+
+
+def _open_binary(path: Path) -> BinaryIO:
+    if path.suffix == ".gz":
+        return cast(BinaryIO, gzip.open(path, "rb"))
+    return path.open("rb")
+
+
+def read_log(source: str | Path) -> LogSummary:
+    """Stream a log file (plain or .gz; ``-`` = standard input) in bounded memory."""
+    builder = _Builder()
+    if str(source) == "-":
+        for line in _bounded_lines(sys.stdin.buffer, builder):
+            builder.feed(line)
+        return builder.build()
+    path = Path(source)
+    try:
+        with _open_binary(path) as stream:
+            for line in _bounded_lines(stream, builder):
+                builder.feed(line)
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        if builder.lines == 0:
+            raise LcmoeError(
+                "LOG", str(source), f"cannot be read ({exc.__class__.__name__})", "check the path"
+            ) from None
+    return builder.build()

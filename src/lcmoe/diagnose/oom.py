@@ -1,0 +1,175 @@
+"""Why a run ran out of memory, and the cheapest change that makes it fit.
+
+The estimator is run on the run's own config: every pipeline stage whose predicted reserved peak
+exceeds the GPU is reported with its largest components. The log adds evidence (the OOM message's
+request, free memory and reserved-but-unallocated bytes; measured peaks before the failure).
+
+The remediation ladder follows the guidance's order of intrusiveness (long-context-guidance.md;
+facts §6.4, §6.6, §6.7): allocator setting, selective recompute from the narrowest set to the
+widest (LC-RECOMPUTE-SELECTIVE), full recompute, FP8 (LC-PRECISION), optimizer CPU offload
+(LC-OFFLOAD-128K, alone or with the narrowest selective set that then fits), one parallel size
+doubled (CP, PP, EP, TP), and finally more GPUs (the planner's smallest GPU count that fits). Each
+rung is one change to the failing config, evaluated for legality, memory and throughput; the
+recommendation is the first rung that fits with the margin, and the fastest fitting rung is
+named when it is not the same."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from lcmoe.diagnose import remedies
+from lcmoe.diagnose.logs import LogSummary
+from lcmoe.estimate.memory import estimate_memory
+from lcmoe.estimate.time import TimeCoefficients, estimate_time
+from lcmoe.plan.search import PlanRequest, min_gpus_that_fit, recompute_ladder
+from lcmoe.run import RunConfig
+
+GIB = 1024.0**3
+FRAGMENTATION_EVIDENCE = 0.05  # reserved-but-unallocated above this share of the GPU points at fragmentation
+
+
+@dataclass(frozen=True, slots=True)
+class OomDiagnosis:
+    predicted_peak_reserved_bytes: float
+    capacity_bytes: float
+    predicted_fits: bool
+    over_stages: list[dict[str, object]]
+    evidence: list[str]
+    ladder: list[remedies.Outcome]
+    recommended: remedies.Outcome | None
+    fastest: remedies.Outcome | None
+    min_gpus_needed: int | None
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "predicted_peak_reserved_bytes": self.predicted_peak_reserved_bytes,
+            "capacity_bytes": self.capacity_bytes,
+            "predicted_fits": self.predicted_fits,
+            "over_stages": self.over_stages,
+            "evidence": self.evidence,
+            "ladder": [o.as_dict() for o in self.ladder],
+            "recommended": self.recommended.as_dict() if self.recommended else None,
+            "fastest": self.fastest.as_dict() if self.fastest else None,
+            "min_gpus_needed": self.min_gpus_needed,
+        }
+
+
+def _log_evidence(run: RunConfig, summary: LogSummary | None) -> tuple[list[str], bool]:
+    """Sentences from the log, and whether it shows allocator fragmentation."""
+    if summary is None:
+        return [], False
+    notes: list[str] = []
+    fragmented = False
+    capacity = run.hardware.hbm_bytes
+    for event in summary.ooms[:3]:
+        where = f"rank {event.rank} " if event.rank is not None else ""
+        notes.append(
+            f"{where}GPU {event.gpu_index} asked for {event.tried_bytes / GIB:.2f} GiB with "
+            f"{event.free_bytes / GIB:.2f} GiB free of {event.capacity_bytes / GIB:.1f} GiB "
+            f"(log line {event.line_number})"
+        )
+    if summary.ooms:
+        event = max(summary.ooms, key=lambda e: e.reserved_unallocated_bytes or 0.0)
+        slack = event.reserved_unallocated_bytes or 0.0
+        if slack > FRAGMENTATION_EVIDENCE * event.capacity_bytes:
+            fragmented = True
+            notes.append(
+                f"{slack / GIB:.1f} GiB was reserved by PyTorch but unallocated: allocator fragmentation, "
+                "which expandable segments recover"
+            )
+        if abs(event.capacity_bytes - capacity) > 0.05 * capacity:
+            notes.append(
+                f"the log's GPU has {event.capacity_bytes / GIB:.1f} GiB but {run.hardware.name} has "
+                f"{capacity / GIB:.1f} GiB: pass the right --gpu"
+            )
+    peak = summary.peak_memory()
+    if peak is not None and peak.max_allocated is not None:
+        notes.append(
+            f"last memory report before the failure: rank {peak.rank} peaked at "
+            f"{peak.max_allocated / GIB:.1f} GiB allocated after {peak.iteration} iterations"
+        )
+    return notes, fragmented
+
+
+def diagnose_oom(
+    run: RunConfig,
+    summary: LogSummary | None = None,
+    *,
+    margin: float = 0.05,
+    coefficients: TimeCoefficients | None = None,
+    megatron_core_version: str = "0.19.2",
+    search_more_gpus: bool = True,
+) -> OomDiagnosis:
+    evidence, fragmented = _log_evidence(run, summary)
+    if fragmented and run.options.expandable_segments:
+        run = remedies.with_options(run, expandable_segments=False)
+    memory = estimate_memory(run.model, run.hardware, run.layout, run.options)
+    capacity = memory.capacity_bytes
+    over = []
+    for stage in memory.stages:
+        if stage.peak_reserved > (1 - margin) * capacity:
+            largest = sorted(stage.components().items(), key=lambda kv: -kv[1])[:4]
+            over.append(
+                {
+                    "stage": stage.stage,
+                    "peak_reserved_bytes": stage.peak_reserved,
+                    "over_bytes": stage.peak_reserved - capacity,
+                    "largest_components": {name: value for name, value in largest},
+                }
+            )
+    if memory.fits():
+        evidence.append(
+            f"the estimator predicts {memory.peak_reserved_bytes / GIB:.1f} of {capacity / GIB:.1f} GiB, so the "
+            "failure is outside the modelled steady state: routing imbalance without forced balance, a larger "
+            "batch or sequence than the config says, another process on the GPU, or a checkpoint/evaluation step"
+        )
+    baseline = estimate_time(run, coefficients).tokens_per_sec_per_gpu
+    ladder = _ladder(run)
+
+    def fits(candidate: RunConfig) -> bool:
+        return estimate_memory(candidate.model, candidate.hardware, candidate.layout, candidate.options).fits(margin)
+
+    offload = remedies.cheapest_offload(run, fits)
+    if offload is None:
+        for granularity, modules in recompute_ladder(run.model)[1:-1]:
+            base = remedies.recompute(run, granularity, modules).run
+            combined = remedies.cheapest_offload(base, fits) if base is not None else None
+            if combined is not None:
+                offload = replace(combined, label=f"{combined.label} + selective recompute {','.join(sorted(modules))}")
+                break
+    ladder.insert(
+        next(i for i, r in enumerate(ladder) if r.kind == "layout"), offload or remedies.optimizer_offload(run, 1.0)
+    )
+    outcomes = [
+        o
+        for r in ladder
+        if (
+            o := remedies.evaluate(
+                r, baseline, margin=margin, coefficients=coefficients, megatron_core_version=megatron_core_version
+            )
+        )
+    ]
+    fitting = [o for o in outcomes if o.fits]
+    min_gpus = None
+    if not fitting and search_more_gpus:
+        request = PlanRequest(run.model, run.hardware, run.num_gpus, run.options.seq_len, memory_margin=margin)
+        min_gpus = min_gpus_that_fit(request)
+    return OomDiagnosis(
+        predicted_peak_reserved_bytes=memory.peak_reserved_bytes,
+        capacity_bytes=capacity,
+        predicted_fits=memory.fits(),
+        over_stages=over,
+        evidence=evidence,
+        ladder=outcomes,
+        recommended=fitting[0] if fitting else None,
+        fastest=max(fitting, key=lambda o: o.tokens_per_sec_per_gpu) if fitting else None,
+        min_gpus_needed=min_gpus,
+    )
+
+
+def _ladder(run: RunConfig) -> list[remedies.Remedy]:
+    rungs = [remedies.expandable_segments(run)]
+    rungs += [remedies.recompute(run, g, m) for g, m in recompute_ladder(run.model)[1:]]
+    rungs.append(remedies.low_precision(run))
+    rungs += [remedies.relayout(run, axis) for axis in ("cp", "pp", "ep", "tp")]
+    return rungs

@@ -1,0 +1,230 @@
+"""Refit the time model's efficiencies from a user's own measured runs (``lcmoe calibrate``).
+
+A calibration scales groups of the shipped coefficients (time.py ``TimeCoefficients``):
+- ``compute``: dense-GEMM (every precision), grouped-GEMM and attention efficiencies;
+- ``communication``: EP NVLink / network efficiencies and the NVLink / scale-out link efficiencies.
+One run fixes one number, so one run fits a single scale shared by both groups; two or more
+distinct runs fit the two groups separately. The fit is a maximum a posteriori estimate:
+Σ log(predicted/measured)² / σ_run² + Σ log(scale)² / σ_cluster², where σ_cluster is how far a
+(model, GPU) group's mean error strays from the shipped model and σ_run how far one run strays
+from its group's mean — both measured on the shared perf data (``benchmarks/calibration_gain.py
+--prior``: 0.081 and 0.132 in log units). One run therefore moves the model about a quarter of
+the way to it; many runs move it all the way. Scaled efficiencies are clipped to the measured
+ceilings (``COEFFICIENT_BOUNDS``, kernels-and-links.md §8), so a calibration can never claim
+more than the hardware delivers.
+
+The search is coordinate-wise golden section on log(scale) ∈ [log 0.2, log 5]; it needs no numpy
+or scipy, and each evaluation only re-combines cached amounts (time.py ``combine``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from lcmoe.errors import LcmoeError
+from lcmoe.estimate.time import (
+    COEFFICIENT_BOUNDS,
+    RunAmounts,
+    TimeCoefficients,
+    combine,
+    shipped_time_coefficients,
+    time_amounts,
+)
+from lcmoe.run import RunConfig
+from lcmoe.specs.hardware import HardwareSpec
+
+GROUPS: dict[str, tuple[str, ...]] = {
+    "compute": (
+        "gemm_efficiency_bf16",
+        "gemm_efficiency_fp8",
+        "gemm_efficiency_fp4",
+        "grouped_gemm_efficiency",
+        "attention_efficiency",
+    ),
+    "communication": ("ep_comm_efficiency", "ep_network_efficiency", "nvlink_efficiency", "scaleout_efficiency"),
+}
+CLUSTER_SIGMA = 0.081  # spread of per-(model, GPU) mean log error, shared perf data
+RUN_SIGMA = 0.132  # spread of one run's log error around its group's mean
+LOG_SCALE_LIMIT = math.log(5.0)
+FORMAT = "lcmoe-calibration/1"
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredRun:
+    run: RunConfig
+    step_seconds: float
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    architecture: str
+    hardware: str
+    scales: dict[str, float]
+    coefficients: TimeCoefficients
+    runs: list[dict[str, Any]]
+    mape_before: float
+    mape_after: float
+
+    def as_dict(self) -> dict[str, Any]:
+        values = {f.name: getattr(self.coefficients, f.name) for f in fields(TimeCoefficients) if f.name != "fit"}
+        return {
+            "format": FORMAT,
+            "created": dt.date.today().isoformat(),
+            "architecture": self.architecture,
+            "hardware": self.hardware,
+            "scales": self.scales,
+            "coefficients": values,
+            "runs": self.runs,
+            "fit": {"n": len(self.runs), "mape_before": self.mape_before, "mape_after": self.mape_after},
+        }
+
+
+def scaled(base: TimeCoefficients, scales: dict[str, float]) -> TimeCoefficients:
+    """``base`` with each group's efficiencies multiplied by its scale, clipped to the ceilings."""
+    changes: dict[str, Any] = {}
+    for group, scale in scales.items():
+        for name in GROUPS[group]:
+            low, high = COEFFICIENT_BOUNDS.get(name, (0.01, 1.0))
+            changes[name] = min(high, max(low, getattr(base, name) * scale))
+    return replace(base, **changes)
+
+
+def _residuals(amounts: Sequence[RunAmounts], measured: Sequence[float], c: TimeCoefficients) -> list[float]:
+    return [math.log(combine(a, c).step_seconds / m) for a, m in zip(amounts, measured, strict=True)]
+
+
+def _mape(amounts: Sequence[RunAmounts], measured: Sequence[float], c: TimeCoefficients) -> float:
+    return (
+        100
+        * sum(abs(combine(a, c).step_seconds / m - 1) for a, m in zip(amounts, measured, strict=True))
+        / len(measured)
+    )
+
+
+def _golden(f: Any, low: float, high: float, iterations: int = 40) -> float:
+    ratio = (math.sqrt(5) - 1) / 2
+    a, b = low, high
+    c, d = b - ratio * (b - a), a + ratio * (b - a)
+    fc, fd = f(c), f(d)
+    for _ in range(iterations):
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - ratio * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + ratio * (b - a)
+            fd = f(d)
+    return (a + b) / 2
+
+
+def calibrate(measured: Sequence[MeasuredRun], base: TimeCoefficients | None = None) -> Calibration:
+    """Fit group scales to ``measured`` (one hardware family)."""
+    if not measured:
+        raise LcmoeError("LOG", None, "gave no measured step time", "pass logs with iteration lines")
+    families = {m.run.hardware.architecture for m in measured}
+    if len(families) > 1:
+        raise LcmoeError(
+            "LOG", ", ".join(sorted(families)), "mixes hardware families", "calibrate one cluster at a time"
+        )
+    architecture = families.pop()
+    base = base or shipped_time_coefficients(architecture)
+    amounts = [time_amounts(m.run) for m in measured]
+    steps = [m.step_seconds for m in measured]
+    distinct = len({(m.run.model.name, m.run.layout, m.run.options) for m in measured})
+    names = ["compute", "communication"] if distinct >= 2 else ["all"]
+    log_scales = dict.fromkeys(names, 0.0)
+
+    def expand(values: dict[str, float]) -> dict[str, float]:
+        if "all" in values:
+            return dict.fromkeys(GROUPS, math.exp(values["all"]))
+        return {k: math.exp(v) for k, v in values.items()}
+
+    def objective(values: dict[str, float]) -> float:
+        residuals = _residuals(amounts, steps, scaled(base, expand(values)))
+        misfit = sum(r * r for r in residuals) / RUN_SIGMA**2
+        return misfit + sum(v * v for v in values.values()) / CLUSTER_SIGMA**2
+
+    for _ in range(4 if len(names) > 1 else 1):
+        for name in names:
+
+            def along(x: float, name: str = name) -> float:
+                return objective({**log_scales, name: x})
+
+            log_scales[name] = _golden(along, -LOG_SCALE_LIMIT, LOG_SCALE_LIMIT)
+    scales = expand(log_scales)
+    fitted = replace(scaled(base, scales), fit={"mape_all": None, "calibrated_from": len(measured)})
+    after = [combine(a, fitted).step_seconds for a in amounts]
+    before = [combine(a, base).step_seconds for a in amounts]
+    mape_after = _mape(amounts, steps, fitted)
+    fitted = replace(fitted, fit={"mape_all": mape_after, "calibrated_from": len(measured)})
+    runs = [
+        {
+            "source": m.source,
+            "model": m.run.model.name,
+            "gpus": m.run.num_gpus,
+            "seq_len": m.run.options.seq_len,
+            "measured_step_seconds": m.step_seconds,
+            "predicted_before_seconds": b,
+            "predicted_after_seconds": a,
+        }
+        for m, b, a in zip(measured, before, after, strict=True)
+    ]
+    return Calibration(
+        architecture=architecture,
+        hardware=measured[0].run.hardware.name,
+        scales=scales,
+        coefficients=fitted,
+        runs=runs,
+        mape_before=_mape(amounts, steps, base),
+        mape_after=mape_after,
+    )
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    """Read a cluster.yaml written by ``lcmoe calibrate``."""
+    from lcmoe.catalog import read_yaml_file
+
+    data = read_yaml_file(path)
+    if data.get("format") != FORMAT:
+        raise LcmoeError("--calibration", str(path), f"is not an lcmoe calibration ({FORMAT})", "run lcmoe calibrate")
+    known = {f.name for f in fields(TimeCoefficients)} - {"fit"}
+    values = data.get("coefficients") or {}
+    try:
+        coefficients = replace(
+            TimeCoefficients(),
+            **{k: float(v) for k, v in values.items() if k in known},
+            fit=dict(data.get("fit") or {}),
+        )
+        fit = data.get("fit") or {}
+        return Calibration(
+            architecture=str(data["architecture"]),
+            hardware=str(data.get("hardware", "")),
+            scales={str(k): float(v) for k, v in (data.get("scales") or {}).items()},
+            coefficients=replace(coefficients, fit={"mape_all": fit.get("mape_after"), **fit}),
+            runs=list(data.get("runs") or []),
+            mape_before=float(fit.get("mape_before", 0.0)),
+            mape_after=float(fit.get("mape_after", 0.0)),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise LcmoeError("--calibration", str(path), f"has a bad field ({exc})", "re-run lcmoe calibrate") from None
+
+
+def coefficients_for(hardware: HardwareSpec, calibration: Calibration | None) -> TimeCoefficients | None:
+    """The calibration's coefficients when it was fitted on ``hardware``'s family, else an error."""
+    if calibration is None:
+        return None
+    if calibration.architecture != hardware.architecture:
+        raise LcmoeError(
+            "--calibration",
+            calibration.architecture,
+            f"was fitted on {calibration.architecture} GPUs but the run is on {hardware.name} "
+            f"({hardware.architecture})",
+            "calibrate from runs on this GPU family",
+        )
+    return calibration.coefficients
