@@ -26,6 +26,9 @@ class RunConfig:
 
 def derive_dp(num_gpus: int, *, tp: int, cp: int, pp: int) -> int:
     """DP = GPUs / (TP·CP·PP); the GPU count must be a multiple (megatron-bridge-facts.md §2.1)."""
+    for name, size in (("--tp", tp), ("--cp", cp), ("--pp", pp)):
+        if size < 1:
+            raise LcmoeError(name, size, "must be at least 1", f"e.g. {name} 1")
     model_parallel = tp * cp * pp
     if num_gpus < 1:
         raise LcmoeError("--gpus", num_gpus, "must be at least 1", "e.g. --gpus 256")

@@ -13,6 +13,35 @@ GB = 1e9
 _TOKENS = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE]\d+)?)\s*([kKmM]?)\s*$")
 
 
+def whole_number(value: object, *, field: str, fix: str = "fix the value") -> int:
+    """A config value that must be a whole number: ints, integral finite floats and their
+    spellings (``"8"``, ``"8.0"``, ``"1e3"``); booleans, fractions, NaN and ±inf are refused."""
+    if isinstance(value, bool):
+        raise LcmoeError(field, value, "must be a whole number, not true/false", fix)
+    if isinstance(value, int):
+        return value
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        raise LcmoeError(field, value, "must be a whole number", fix) from None
+    if not math.isfinite(number) or number != int(number):
+        raise LcmoeError(field, value, "must be a finite whole number", fix)
+    return int(number)
+
+
+def real_number(value: object, *, field: str, fix: str = "fix the value") -> float:
+    """A config value that must be a finite number (booleans refused)."""
+    if isinstance(value, bool):
+        raise LcmoeError(field, value, "must be a number, not true/false", fix)
+    try:
+        number = float(str(value).strip()) if not isinstance(value, int | float) else float(value)
+    except (ValueError, OverflowError):
+        raise LcmoeError(field, value, "must be a number", fix) from None
+    if not math.isfinite(number):
+        raise LcmoeError(field, value, "must be a finite number", fix)
+    return number
+
+
 def parse_token_count(text: str | int, *, field: str = "seq_len") -> int:
     """Parse a token count: ``4096``, ``4k``/``4K`` (×1024), ``1M`` (×1024²), ``1e6``.
 

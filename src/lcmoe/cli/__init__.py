@@ -17,6 +17,8 @@ from lcmoe.cli.estimate_cmd import estimate
 from lcmoe.cli.flops_cmd import flops
 from lcmoe.cli.plan_cmd import plan, sweep
 
+EXIT_INTERRUPTED = 130
+
 app = typer.Typer(
     name="lcmoe",
     help="Plan, check and debug long-context MoE training on Megatron Bridge / Megatron-Core.",
@@ -52,5 +54,9 @@ def main(argv: list[str] | None = None) -> None:
         stderr.print(f"error: {exc}", highlight=False, markup=False)
         sys.exit(2)
     except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
+        sys.stderr.write("interrupted; nothing was written\n")
         sys.exit(130)
+    except SystemExit as exc:
+        if exc.code == EXIT_INTERRUPTED:  # typer turns Ctrl-C into a silent exit 130
+            sys.stderr.write("interrupted; nothing was written\n")
+        raise

@@ -11,20 +11,20 @@ from rich.table import Table
 from lcmoe.cli import run_options as ro
 from lcmoe.cli.common import EXIT_FINDINGS, abort, print_json, stdout
 
-COMPONENT_ORDER = (
+# Allocated components sum to "peak allocated"; adding the reserved-only ones gives "peak reserved".
+ALLOCATED_COMPONENTS = (
     "weights",
     "gradients",
     "optimizer",
+    "state_overhead",
     "activations",
     "logits_loss",
     "transient",
     "workspace",
     "cuda_graphs",
-    "fragmentation",
-    "cuda_context",
-    "nccl_buffers",
-    "dispatcher_buffers",
 )
+RESERVED_ONLY_COMPONENTS = ("fragmentation", "cuda_context", "nccl_buffers", "dispatcher_buffers")
+COMPONENT_ORDER = ALLOCATED_COMPONENTS + RESERVED_ONLY_COMPONENTS
 
 
 def estimate(
@@ -140,12 +140,15 @@ def render_estimate(result: dict[str, Any], *, quiet: bool = False) -> None:
         table.add_column(
             f"stage {stage['stage']} ({stage['layers']}L, {stage['inflight_microbatches']} in flight)", justify="right"
         )
-    for name in COMPONENT_ORDER:
-        values = [stage["components"].get(name, 0.0) for stage in stages]
-        if any(values):
-            table.add_row(name, *(_gib(v) for v in values))
-    table.add_row("[bold]peak allocated[/]", *(_gib(s["peak_allocated_bytes"]) for s in stages))
-    table.add_row("[bold]peak reserved (nvidia-smi)[/]", *(_gib(s["peak_reserved_bytes"]) for s in stages))
+    for group, total, label in (
+        (ALLOCATED_COMPONENTS, "peak_allocated_bytes", "peak allocated"),
+        (RESERVED_ONLY_COMPONENTS, "peak_reserved_bytes", "peak reserved (nvidia-smi)"),
+    ):
+        for name in group:
+            values = [stage["components"].get(name, 0.0) for stage in stages]
+            if any(values):
+                table.add_row(name, *(_gib(v) for v in values))
+        table.add_row(f"[bold]{label}[/]", *(_gib(s[total]) for s in stages))
     stdout.print(table)
     if memory["host_bytes_per_gpu"]:
         stdout.print(f"host memory per GPU (offloaded optimizer): {_gib(memory['host_bytes_per_gpu'])} GiB")

@@ -16,6 +16,7 @@ from lcmoe.layout import ParallelLayout
 from lcmoe.run import RunConfig, derive_dp
 from lcmoe.specs.hardware import HardwareSpec
 from lcmoe.specs.model import ModelSpec
+from lcmoe.units import real_number, whole_number
 from lcmoe.workload import TrainingOptions
 
 MIXED_PRECISION = {
@@ -123,10 +124,7 @@ def _int(values: dict[str, Any], key: str, default: int) -> int:
     value = _get(values, key, default)
     if value is None:
         return default
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise LcmoeError(key, value, "must be a whole number", "fix the override") from None
+    return whole_number(value, field=key, fix="fix the override")
 
 
 def _list(value: Any) -> list[str]:
@@ -146,7 +144,7 @@ def run_from_overrides(
     cp = _int(values, "model.context_parallel_size", 1)
     seq = _int(values, "model.seq_length", seq_len or 4096)
     dataset_seq = _get(values, "dataset.seq_length")
-    if dataset_seq is not None and int(dataset_seq) != seq:
+    if dataset_seq is not None and whole_number(dataset_seq, field="dataset.seq_length") != seq:
         raise LcmoeError(
             "dataset.seq_length",
             dataset_seq,
@@ -158,14 +156,14 @@ def run_from_overrides(
     if vpp is None and layout_text:
         from lcmoe.layout import parse_pipeline_layout
 
-        vpp = max(len(parse_pipeline_layout(str(layout_text))) // pp, 1)
+        vpp = max(len(parse_pipeline_layout(str(layout_text))) // max(pp, 1), 1)
     dp = derive_dp(num_gpus, tp=tp, cp=cp, pp=pp)
     ep = _int(values, "model.expert_model_parallel_size", 1)
     layout = ParallelLayout(
         tp=tp,
         pp=pp,
         cp=cp,
-        vpp=int(vpp or 1),
+        vpp=whole_number(vpp or 1, field="model.virtual_pipeline_model_parallel_size"),
         dp=dp,
         ep=ep,
         etp=_int(values, "model.expert_tensor_parallel_size", 1 if ep > 1 else tp),
@@ -193,8 +191,9 @@ def run_from_overrides(
     if impl == "local" and not scopes:
         scopes = frozenset({"full_iteration"})
     aware = bool(_get(values, "optimizer.use_precision_aware_optimizer", False))
+    offload_key = "optimizer.optimizer_offload_fraction"
     offload = (
-        float(_get(values, "optimizer.optimizer_offload_fraction", 1.0))
+        real_number(_get(values, offload_key, 1.0), field=offload_key)
         if _get(values, "optimizer.optimizer_cpu_offload", False)
         else 0.0
     )

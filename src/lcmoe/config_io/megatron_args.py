@@ -14,6 +14,7 @@ from typing import Any, Literal
 from lcmoe.errors import LcmoeError
 from lcmoe.layout import ParallelLayout
 from lcmoe.specs.model import ModelSpec, model_from_dict
+from lcmoe.units import real_number, whole_number
 from lcmoe.workload import TrainingOptions
 
 # Flags that take a list of values (nargs='+').
@@ -41,7 +42,10 @@ class UnsupportedConfig(LcmoeError):
 
 def tokenize_args(text: str | list[str]) -> dict[str, Any]:
     """``--flag``, ``--flag value``, ``--flag=value`` and list flags → {flag: value}."""
-    tokens = shlex.split(text) if isinstance(text, str) else list(text)
+    try:
+        tokens = shlex.split(text) if isinstance(text, str) else list(text)
+    except ValueError as exc:  # shlex: "No closing quotation", "No escaped character"
+        raise LcmoeError("arguments", None, f"cannot be split like a shell line ({exc})", "balance quotes") from None
     args: dict[str, Any] = {}
     i = 0
     while i < len(tokens):
@@ -71,13 +75,7 @@ def _int(args: dict[str, Any], key: str, default: int | None = None) -> int | No
     value = args.get(key)
     if value is None or value is True:
         return default
-    try:
-        number = float(str(value))
-    except ValueError:
-        raise LcmoeError(f"--{key}", value, "must be a number", "fix the argument") from None
-    if number != int(number):
-        raise LcmoeError(f"--{key}", value, "must be a whole number", "fix the argument")
-    return int(number)
+    return whole_number(value, field=f"--{key}", fix="fix the argument")
 
 
 def _req(args: dict[str, Any], key: str) -> int:
@@ -91,10 +89,7 @@ def _float(args: dict[str, Any], key: str, default: float) -> float:
     value = args.get(key)
     if value is None or value is True:
         return default
-    try:
-        return float(str(value))
-    except ValueError:
-        raise LcmoeError(f"--{key}", value, "must be a number", "fix the argument") from None
+    return real_number(value, field=f"--{key}", fix="fix the argument")
 
 
 def model_from_args(args: dict[str, Any], *, vocab_size: int | None = None, name: str = "megatron-args") -> ModelSpec:

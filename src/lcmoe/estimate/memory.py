@@ -509,15 +509,30 @@ class StageMemory:
     peak_reserved: float
     optimizer_host: float
     inflight_microbatches: int
+    # What is live at the peak moment (components() sums exactly to peak_reserved): the loss
+    # stage peaks on the logits or on a layer's backward, not both; in first-step mode the Adam
+    # moments are not allocated yet during the first backward; DDP/optimizer padding is its own
+    # "state_overhead" term.
+    state_overhead: float = 0.0
+    optimizer_at_peak: float | None = None
+    activations_at_peak: float | None = None
+    logits_at_peak: float | None = None
+    transient_at_peak: float | None = None
 
     def components(self) -> dict[str, float]:
+        """Bytes by component at the stage's peak; the values sum to ``peak_reserved``."""
+
+        def at_peak(value: float | None, default: float) -> float:
+            return default if value is None else value
+
         return {
             "weights": self.weights,
             "gradients": self.gradients,
-            "optimizer": self.optimizer,
-            "activations": self.activations,
-            "logits_loss": self.logits_loss,
-            "transient": self.transient,
+            "optimizer": at_peak(self.optimizer_at_peak, self.optimizer),
+            "state_overhead": self.state_overhead,
+            "activations": at_peak(self.activations_at_peak, self.activations),
+            "logits_loss": at_peak(self.logits_at_peak, self.logits_loss),
+            "transient": at_peak(self.transient_at_peak, self.transient),
             "workspace": self.workspace,
             "fragmentation": self.fragmentation,
             "cuda_context": self.cuda_context,
@@ -648,6 +663,15 @@ def stage_memory(
     graphs = cuda_graph_pool_bytes(model, shape, options, stage, dynamic)
     persistent = static + workspace + graphs
     peak_allocated = max(persistent - moments + dynamic, persistent) if first_step else persistent + dynamic
+    overhead = (state.weights + state.gradients + state.optimizer) * c.state_overhead_fraction
+    optimizer_live = state.optimizer
+    logits_live, transient_live = (logits, 0.0) if logits >= transient else (0.0, transient)
+    activations_live = activations
+    if first_step and dynamic >= moments:  # peak in the first backward, before the moments exist
+        optimizer_live -= state.optimizer_moments
+        overhead -= state.optimizer_moments * c.state_overhead_fraction
+    elif first_step:  # peak in the first optimizer step: no activations live
+        activations_live = logits_live = transient_live = 0.0
 
     fraction = c.fragmentation_fraction if options.expandable_segments else c.fragmentation_fraction_no_expandable
     fragmentation = fraction * peak_allocated
@@ -672,6 +696,11 @@ def stage_memory(
         peak_reserved=reserved,
         optimizer_host=state.optimizer_host,
         inflight_microbatches=inflight,
+        state_overhead=overhead,
+        optimizer_at_peak=optimizer_live,
+        activations_at_peak=activations_live,
+        logits_at_peak=logits_live,
+        transient_at_peak=transient_live,
     )
 
 

@@ -34,6 +34,10 @@ SUPPORTED_MODEL_TYPES = (
 )
 
 
+# ModelSpec.num_layers' bound; checked before per-layer patterns are built from it.
+MAX_LAYERS = 100_000
+
+
 class _Config:
     """A config.json mapping with typed, sentence-raising accessors."""
 
@@ -44,7 +48,7 @@ class _Config:
     def _fail(self, key: str, value: object, rule: str) -> LcmoeError:
         return LcmoeError(f"{self.origin}: {key}", value, rule, "fix config.json or describe the model in lcmoe YAML")
 
-    def integer(self, key: str, default: int | None = None, *, minimum: int = 1) -> int:
+    def integer(self, key: str, default: int | None = None, *, minimum: int = 1, maximum: int | None = None) -> int:
         if key not in self.data or self.data[key] is None:
             if default is None:
                 raise self._fail(key, None, "is missing and lcmoe needs it")
@@ -56,6 +60,8 @@ class _Config:
             raise self._fail(key, value, "must be a whole number")
         if value < minimum:
             raise self._fail(key, value, f"must be at least {minimum}")
+        if maximum is not None and value > maximum:
+            raise self._fail(key, value, f"must be at most {maximum}")
         return int(value)
 
     def opt_int(self, key: str, *, minimum: int = 1) -> int | None:
@@ -127,7 +133,7 @@ def model_from_hf_dict(data: dict[str, Any], *, name: str, origin: str = "config
 def _common_fields(cfg: _Config) -> dict[str, Any]:
     heads = cfg.integer("num_attention_heads")
     return {
-        "num_layers": cfg.integer("num_hidden_layers"),
+        "num_layers": cfg.integer("num_hidden_layers", maximum=MAX_LAYERS),
         "hidden_size": cfg.integer("hidden_size"),
         "ffn_hidden_size": cfg.integer("intermediate_size"),
         "num_attention_heads": heads,
@@ -141,7 +147,7 @@ def _common_fields(cfg: _Config) -> dict[str, Any]:
 
 def _deepseek(cfg: _Config) -> dict[str, Any]:
     """DeepSeek-V2/V3, Kimi-K2 (deepseek_v3_bridge.py:53-99, kimi_bridge.py:44-88)."""
-    num_layers = cfg.integer("num_hidden_layers")
+    num_layers = cfg.integer("num_hidden_layers", maximum=MAX_LAYERS)
     first_dense = cfg.integer("first_k_dense_replace", 0, minimum=0)
     freq = cfg.integer("moe_layer_freq", 1)
     pattern = [int(i >= first_dense and i % freq == 0) for i in range(num_layers)]
@@ -169,7 +175,7 @@ def _deepseek(cfg: _Config) -> dict[str, Any]:
 
 
 def _glm4_moe(cfg: _Config) -> dict[str, Any]:
-    num_layers = cfg.integer("num_hidden_layers")
+    num_layers = cfg.integer("num_hidden_layers", maximum=MAX_LAYERS)
     first_dense = cfg.integer("first_k_dense_replace", 0, minimum=0)
     moe_ffn = cfg.integer("moe_intermediate_size")
     return {
@@ -185,7 +191,7 @@ def _glm4_moe(cfg: _Config) -> dict[str, Any]:
 
 
 def _qwen3_moe(cfg: _Config) -> dict[str, Any]:
-    num_layers = cfg.integer("num_hidden_layers")
+    num_layers = cfg.integer("num_hidden_layers", maximum=MAX_LAYERS)
     step = cfg.integer("decoder_sparse_step", 1)
     dense_only = set(cfg.data.get("mlp_only_layers") or [])
     return {
