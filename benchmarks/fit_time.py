@@ -43,7 +43,13 @@ def parameters_for(cases: list[PerfCase]) -> list[str]:
     if "nvfp4" in precisions:
         names.append("gemm_efficiency_fp4")
     if any(c.run.model.is_moe for c in cases):
-        names += ["grouped_gemm_efficiency", "ep_comm_efficiency", "moe_layer_overhead_seconds"]
+        names += [
+            "grouped_gemm_efficiency",
+            "ep_comm_efficiency",
+            "moe_layer_overhead_seconds",
+            "moe_permute_passes",
+            "grouped_gemm_half_size",
+        ]
         if any(c.run.layout.ep * c.run.layout.etp > c.run.hardware.nvlink_domain_size for c in cases):
             names.append("ep_network_efficiency")
     if any(c.run.layout.cp > 1 for c in cases):
@@ -75,7 +81,8 @@ def fit_family(cases: list[PerfCase], base: TimeCoefficients | None = None) -> T
     names = parameters_for(cases)
     lower = np.array([BOUNDS[n][0] for n in names])
     upper = np.array([BOUNDS[n][1] for n in names])
-    scale = np.array([1e-3 if n.endswith("overhead_seconds") else 1.0 for n in names])
+    units = {"moe_permute_passes": 10.0, "grouped_gemm_half_size": 1e7}
+    scale = np.array([1e-3 if n.endswith("overhead_seconds") else units.get(n, 1.0) for n in names])
     start = np.clip(np.array([getattr(start_coeffs, n) for n in names]), lower, upper) / scale
 
     def build(vector: np.ndarray) -> TimeCoefficients:

@@ -81,8 +81,8 @@ def test_sigint_during_search_leaves_no_files(tmp_path: Path) -> None:
 
 def test_interrupted_emit_keeps_the_old_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from lcmoe.catalog import load_hardware, load_model
-    from lcmoe.cli.plan_cmd import plan_payload
     from lcmoe.emit import writer
+    from lcmoe.plan.payload import plan_payload
     from lcmoe.plan.search import PlanRequest, search
 
     request = PlanRequest(load_model("qwen3-30b-a3b"), load_hardware("h100"), 16, 16384, top_k=1)

@@ -86,6 +86,10 @@ def build_layout(
     """A ParallelLayout from user-level knobs: DP derived from the GPU count, an explicit pipeline
     layout when layers do not split, SP on with TP > 1, and a default GBS (see
     ``default_global_batch``; ``round_gbs`` rounds a given GBS to a legal one instead of keeping it)."""
+    sizes = {"--tp": tp, "--cp": cp, "--ep": ep, "--etp": etp, "--pp": pp, "--vpp": vpp, "--mbs": mbs}
+    for name, size in (*sizes.items(), ("--gbs", gbs if gbs is not None else 1)):
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise LcmoeError(name, size, "must be a positive whole number", f"e.g. {name} 1")
     dp = derive_dp(num_gpus, tp=tp, cp=cp, pp=pp)
     if gbs is None or round_gbs:
         gbs = default_global_batch(dp, mbs, pp, vpp, gbs)

@@ -13,12 +13,17 @@ GB = 1e9
 _TOKENS = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE]\d+)?)\s*([kKmM]?)\s*$")
 
 
+MAX_WHOLE = 2**53  # the largest integer a float holds exactly
+
+
 def whole_number(value: object, *, field: str, fix: str = "fix the value") -> int:
     """A config value that must be a whole number: ints, integral finite floats and their
     spellings (``"8"``, ``"8.0"``, ``"1e3"``); booleans, fractions, NaN and ±inf are refused."""
     if isinstance(value, bool):
         raise LcmoeError(field, value, "must be a whole number, not true/false", fix)
     if isinstance(value, int):
+        if abs(value) > MAX_WHOLE:
+            raise LcmoeError(field, value, "is larger than any size lcmoe can reason about (2^53)", "check the units")
         return value
     try:
         number = float(str(value).strip())
@@ -26,6 +31,8 @@ def whole_number(value: object, *, field: str, fix: str = "fix the value") -> in
         raise LcmoeError(field, value, "must be a whole number", fix) from None
     if not math.isfinite(number) or number != int(number):
         raise LcmoeError(field, value, "must be a finite whole number", fix)
+    if abs(number) > MAX_WHOLE:
+        raise LcmoeError(field, value, "is larger than any size lcmoe can reason about (2^53)", "check the units")
     return int(number)
 
 

@@ -69,8 +69,8 @@ class TrainingOptions:
     expandable_segments: bool = True
 
     def __post_init__(self) -> None:
-        if self.seq_len < 1:
-            raise LcmoeError("seq_len", self.seq_len, "must be positive", "e.g. --seq-len 128k")
+        if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or not 1 <= self.seq_len <= 2**40:
+            raise LcmoeError("seq_len", self.seq_len, "must be a whole number from 1 to 2^40", "e.g. --seq-len 128k")
         if self.precision not in PRECISIONS:
             raise LcmoeError("precision", self.precision, f"must be one of {', '.join(PRECISIONS)}", "e.g. bf16")
         if not 0.0 <= self.optimizer_offload_fraction <= 1.0:

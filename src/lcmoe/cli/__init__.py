@@ -15,7 +15,7 @@ from lcmoe.cli.check_cmd import check
 from lcmoe.cli.diagnose_cmd import calibrate, diagnose, preflight
 from lcmoe.cli.estimate_cmd import estimate
 from lcmoe.cli.flops_cmd import flops
-from lcmoe.cli.plan_cmd import plan, sweep
+from lcmoe.cli.plan_cmd import plan, report, sweep
 
 EXIT_INTERRUPTED = 130
 
@@ -32,6 +32,7 @@ app.command("flops")(flops)
 app.command("estimate")(estimate)
 app.command("plan")(plan)
 app.command("sweep")(sweep)
+app.command("report")(report)
 app.command("check")(check)
 app.command("diagnose")(diagnose)
 app.command("preflight")(preflight)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import typer
 from rich.table import Table
 
-from lcmoe.cli.common import print_json, stdout
+from lcmoe.cli.common import JSON, QUIET, print_json, stdout
 
 
-def models(json_output: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+def models(json_output: bool = JSON, quiet: bool = QUIET) -> None:
     """List the built-in models with their parameter counts (total and active, in billions)."""
     from lcmoe.catalog import load_model, model_names
     from lcmoe.estimate.params import active_as_published, count_params
@@ -45,6 +44,9 @@ def models(json_output: bool = typer.Option(False, "--json", help="print JSON"))
     if json_output:
         print_json({"models": rows})
         return
+    if quiet:
+        stdout.print("\n".join(r["name"] for r in rows), highlight=False)
+        return
     table = Table(title="lcmoe model catalog (parameters in billions)")
     for col in ("model", "attn", "L", "experts", "MTP", "total", "published", "active", "published "):
         table.add_column(col, justify="left" if col in ("model", "attn") else "right", no_wrap=True)
@@ -69,13 +71,16 @@ def models(json_output: bool = typer.Option(False, "--json", help="print JSON"))
     stdout.print(table)
 
 
-def hardware(json_output: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+def hardware(json_output: bool = JSON, quiet: bool = QUIET) -> None:
     """List the built-in GPUs and systems (memory, dense peaks, links)."""
     from lcmoe.catalog import hardware_names, load_hardware
 
     specs = [load_hardware(name) for name in hardware_names()]
     if json_output:
         print_json({"hardware": [s.model_dump() for s in specs]})
+        return
+    if quiet:
+        stdout.print("\n".join(s.name for s in specs), highlight=False)
         return
     table = Table(title="lcmoe hardware catalog (dense peaks; bandwidths one-way per GPU)")
     for col in (

@@ -97,6 +97,7 @@ def check(
     hw: list[str] = ro.HW_SET,
     calibration: Path = ro.CALIBRATION,
     json_output: bool = typer.Option(False, "--json", help="print JSON"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="one verdict line"),
 ) -> None:
     """Check an existing config: legality with fixes, the memory verdict, the time estimate and the LC-* rules."""
     from lcmoe.estimate.report import estimate_run
@@ -120,6 +121,9 @@ def check(
     result["exit_code"] = code
     if json_output:
         print_json(result)
+    elif quiet:
+        fits = "" if errors else ("fits" if result["memory"]["fits"] else "OOM")
+        stdout.print(f"{len(errors)} errors, {len(warnings)} warnings {fits}".strip(), highlight=False)
     else:
         _render(result)
     raise typer.Exit(code)

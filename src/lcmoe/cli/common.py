@@ -23,6 +23,8 @@ stdout = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 stderr = Console(stderr=True, soft_wrap=True)
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
+JSON = typer.Option(False, "--json", help="print JSON (schema: docs/json-schema.md)")
+QUIET = typer.Option(False, "--quiet", "-q", help="one short line for scripts")
 
 
 def abort(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:

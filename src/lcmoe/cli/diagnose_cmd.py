@@ -95,13 +95,14 @@ def diagnose(
     margin: float = typer.Option(0.05, "--margin", help="memory safety margin for the remedies"),
     calibration: Path = ro.CALIBRATION,
     json_output: bool = typer.Option(False, "--json", help="print JSON"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="one verdict line"),
 ) -> None:
     """Read a training log: OOM cause and remediation ladder, measured vs predicted speed, or a regression."""
     from lcmoe.diagnose.logs import read_log
 
     summary = read_log(log)
     if baseline is not None:
-        _regression(read_log(baseline), summary, json_output)
+        _regression(read_log(baseline), summary, json_output, quiet)
         return
     result: dict[str, Any] = {"log": summary.as_dict()}
     run, source = resolve_log_run(summary, plan=plan, config=config, model=model, gpu=gpu, gpus=gpus, seq_len=seq_len)
@@ -147,12 +148,27 @@ def diagnose(
     result["exit_code"] = code
     if json_output:
         print_json(result)
+    elif quiet:
+        stdout.print(_verdict(result), highlight=False)
     else:
         _render_diagnosis(result)
     raise typer.Exit(code)
 
 
-def _regression(a: LogSummary, b: LogSummary, json_output: bool) -> None:
+def _verdict(result: dict[str, Any]) -> str:
+    parts = []
+    oom = result.get("oom")
+    if oom:
+        best = oom.get("recommended")
+        parts.append("OOM" + (f"; fix: {best['change']}" if best else ""))
+    if "speed" in result:
+        parts.append(result["speed"]["verdict"])
+    if result["comm_failures"]:
+        parts.append(f"{len(result['comm_failures'])} communication failures")
+    return "; ".join(parts) or "nothing wrong found"
+
+
+def _regression(a: LogSummary, b: LogSummary, json_output: bool, quiet: bool = False) -> None:
     from lcmoe.diagnose.regression import compare
 
     report = compare(a, b)
@@ -163,6 +179,9 @@ def _regression(a: LogSummary, b: LogSummary, json_output: bool) -> None:
     result["exit_code"] = code
     if json_output:
         print_json(result)
+        raise typer.Exit(code)
+    if quiet:
+        stdout.print(f"{report.step_verdict}; memory {report.memory_verdict}", highlight=False)
         raise typer.Exit(code)
     for label, stats in (("baseline", report.baseline), ("candidate", report.candidate)):
         if stats:
@@ -267,6 +286,7 @@ def _render_diagnosis(result: dict[str, Any]) -> None:
 def preflight(
     plan: Path = PLAN,
     json_output: bool = typer.Option(False, "--json", help="print JSON"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="one line: the failing and warning checks"),
 ) -> None:
     """Check this node before spending an allocation: versions, GPUs, dispatcher packages, environment."""
     from lcmoe.config_io.plan_json import read_plan, run_from_plan
@@ -281,6 +301,10 @@ def preflight(
     code = worst_exit_code(results)
     if json_output:
         print_json({"checks": [c.as_dict() for c in results], "exit_code": code})
+        raise typer.Exit(code)
+    if quiet:
+        bad = [f"{c.status} {c.name}" for c in results if c.status != "pass"]
+        stdout.print(", ".join(bad) or "all checks pass", highlight=False)
         raise typer.Exit(code)
     colors = {"pass": "green", "warn": "yellow", "fail": "red"}
     for c in results:
@@ -299,6 +323,7 @@ def calibrate(
     gpus: int = GPUS,
     seq_len: str = SEQ,
     json_output: bool = typer.Option(False, "--json", help="print JSON"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the written path"),
 ) -> None:
     """Refit the time model's efficiencies from your measured runs; use with --calibration FILE."""
     import yaml
@@ -317,9 +342,7 @@ def calibrate(
             raise LcmoeError(
                 "LOG", log, "has no iteration or Step Time lines", "pass a log of at least a few iterations"
             )
-        run, _ = resolve_log_run(
-            summary, plan=plan, config=config, model=model, gpu=gpu, gpus=gpus, seq_len=seq_len
-        )
+        run, _ = resolve_log_run(summary, plan=plan, config=config, model=model, gpu=gpu, gpus=gpus, seq_len=seq_len)
         if run is None:
             raise LcmoeError("LOG", log, "has no argument dump", "pass --plan, or --config with --gpus")
         measured.append(MeasuredRun(run, stats.median_seconds, source=str(log)))
@@ -328,6 +351,9 @@ def calibrate(
     atomic_write_text(out, "# Written by lcmoe calibrate; pass with --calibration.\n" + yaml.safe_dump(document))
     if json_output:
         print_json(document)
+        raise typer.Exit(EXIT_OK)
+    if quiet:
+        stdout.print(str(out), highlight=False)
         raise typer.Exit(EXIT_OK)
     scales = ", ".join(f"{k} ×{v:.3f}" for k, v in calibration.scales.items())
     stdout.print(

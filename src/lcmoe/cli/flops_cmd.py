@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from lcmoe.cli.common import print_json, resolve_model, stdout
+from lcmoe.cli.common import JSON, QUIET, print_json, resolve_model, stdout
 
 
 def flops(
@@ -13,7 +13,8 @@ def flops(
     seq_len: str = typer.Option("4096", "--seq-len", "-s", help="tokens per sequence: 4096, 4k, 128K, 131072"),
     tp: int = typer.Option(1, "--tp", min=1, help="tensor parallel size (pads the vocabulary)"),
     gbs: int = typer.Option(1, "--gbs", min=1, help="global batch size (sequences per step)"),
-    json_output: bool = typer.Option(False, "--json", help="print JSON"),
+    json_output: bool = JSON,
+    quiet: bool = QUIET,
 ) -> None:
     """FLOPs per token exactly as Megatron Bridge counts them for TFLOP/s/GPU (fwd+bwd, no recompute)."""
     from lcmoe.estimate.flops import flops_per_token
@@ -37,6 +38,9 @@ def flops(
                 "source": "megatron/bridge/training/utils/flop_utils.py:947-1571",
             }
         )
+        return
+    if quiet:
+        stdout.print(f"{total:.6g}", highlight=False)
         return
     table = Table(title=f"{spec.name} @ {format_tokens(tokens)} tokens, TP={tp}: model FLOPs per token (fwd+bwd)")
     table.add_column("term")

@@ -11,6 +11,8 @@ from rich.table import Table
 
 from lcmoe.cli import run_options as ro
 from lcmoe.cli.common import EXIT_FINDINGS, print_json, resolve_hardware, resolve_model, stderr, stdout
+from lcmoe.plan.format import PLAN_COLUMNS, labelled_rows, layout_text, recompute_text
+from lcmoe.plan.payload import plan_payload
 
 
 def _progress_search(request: Any, quiet: bool) -> Any:
@@ -95,58 +97,6 @@ def _request(
     )
 
 
-def plan_payload(request: Any, result: Any) -> dict[str, Any]:
-    """The stable JSON document of a plan search (docs/json-schema.md)."""
-    from lcmoe import __version__
-    from lcmoe.estimate.memory import estimate_memory
-    from lcmoe.estimate.time import estimate_time
-    from lcmoe.plan.reference import reference_run
-    from lcmoe.plan.search import Plan
-    from lcmoe.rules.legality import violations
-
-    payload: dict[str, Any] = {
-        "lcmoe_version": __version__,
-        "inputs": {
-            "model": request.model.name,
-            "gpu": request.hardware.name,
-            "num_gpus": request.num_gpus,
-            "seq_len": request.seq_len,
-            "gbs": request.gbs,
-            "memory_margin": request.memory_margin,
-            "megatron_core_version": request.megatron_core_version,
-        },
-        "plans": [p.as_dict() for p in result.plans],
-        "fallback": result.fallback.as_dict() if result.fallback else None,
-        "pareto": [
-            {
-                "peak_reserved_bytes": p.memory.peak_reserved_bytes,
-                "tokens_per_sec_per_gpu": p.tokens_per_sec_per_gpu,
-                "layout": p.as_dict()["layout"],
-            }
-            for p in result.pareto
-        ],
-        "searched": result.searched,
-        "legal": result.legal,
-        "fit": result.fit,
-    }
-    reference = reference_run(request.model, request.hardware, request.num_gpus, request.seq_len)
-    if reference:
-        name, run = reference
-        memory = estimate_memory(run.model, run.hardware, run.layout, run.options)
-        ref = Plan(run, memory, estimate_time(run, request.time_coefficients)).as_dict()
-        ref["name"] = name
-        ref["violations"] = [v.as_dict() for v in violations(run, megatron_core_version=request.megatron_core_version)]
-        best = result.plans[0].tokens_per_sec_per_gpu if result.plans else 0.0
-        ref_speed = float(ref["time"]["tokens_per_sec_per_gpu"])  # type: ignore[index]
-        ref["rank_among_plans"] = 1 + sum(p.tokens_per_sec_per_gpu > ref_speed for p in result.plans)
-        ref["gap_to_best_pct"] = 100 * (1 - ref_speed / best) if best else None
-        payload["reference"] = ref
-    if not result.plans:
-        payload["closest"] = result.closest.as_dict() if result.closest else None
-        payload["min_gpus_needed"] = result.min_gpus_needed
-    return payload
-
-
 def plan(
     model: str = ro.MODEL,
     gpu: str = ro.GPU,
@@ -163,8 +113,16 @@ def plan(
     no_offload: bool = typer.Option(False, "--no-offload", help="never offload the optimizer"),
     no_cuda_graphs: bool = typer.Option(False, "--no-cuda-graphs", help="variable-length data: no CUDA graphs"),
     emit: Path = typer.Option(None, "--emit", help="write configs and launchers for the top plan to DIR"),
+    report_dir: Path = typer.Option(None, "--report", help="write report.html / report.md (with plots) to DIR"),
     steps: int = typer.Option(100, "--steps", min=1, help="training steps for the GPU-hour estimate (--emit)"),
     yes: bool = typer.Option(False, "--yes", help="confirm writing a launcher for more than 64 GPUs"),
+    container: str = typer.Option(None, "--container", help="launcher container image (e.g. your registry mirror)"),
+    pip_index_url: str = typer.Option(None, "--pip-index-url", help="pip mirror the launcher exports"),
+    mounts: list[str] = typer.Option([], "--mount", help="container mount SRC:DST (repeatable)"),
+    job_name: str = typer.Option(None, "--job-name", help="Slurm job name"),
+    account: str = typer.Option(None, "--account", help="Slurm account"),
+    partition: str = typer.Option(None, "--partition", help="Slurm partition"),
+    time_limit: str = typer.Option("04:00:00", "--time-limit", help="Slurm time limit"),
     hardware_file: Path = ro.HW_FILE,
     hw: list[str] = ro.HW_SET,
     scaleout_gbps: float = ro.SCALEOUT,
@@ -200,9 +158,23 @@ def plan(
         result.min_gpus_needed = min_gpus_that_fit(request)
     payload = plan_payload(request, result)
     if emit is not None and result.plans:
-        from lcmoe.emit.writer import write_plan_directory
+        from lcmoe.emit.launchers import DEFAULT_CONTAINER, LaunchSettings
+        from lcmoe.emit.writer import RECIPES, write_plan_directory
 
-        write_plan_directory(emit, payload, result, steps=steps, confirmed=yes)
+        best = result.plans[0].run
+        settings = LaunchSettings(
+            job_name=job_name or f"lcmoe-{best.model.name}",
+            recipe=RECIPES.get(best.model.name, "your_recipe_config"),
+            mounts=tuple(mounts),
+            account=account,
+            partition=partition,
+            time_limit=time_limit,
+            pip_index_url=pip_index_url,
+            container_image=container or DEFAULT_CONTAINER,
+        )
+        write_plan_directory(emit, payload, result, steps=steps, confirmed=yes, settings=settings)
+    if report_dir is not None:
+        _write_report(request, result, Path(report_dir) / "report.html", SWEEP_DEFAULT, calibration)
     if json_output:
         print_json(payload)
     elif quiet:
@@ -213,25 +185,83 @@ def plan(
         raise typer.Exit(EXIT_FINDINGS)
 
 
-def _layout_text(layout: dict[str, Any]) -> str:
-    return (
-        f"TP{layout['tp']} CP{layout['cp']} EP{layout['ep']} ETP{layout['etp']} PP{layout['pp']} "
-        f"VPP{layout['vpp']} DP{layout['dp']} MBS{layout['mbs']} GBS{layout['gbs']}"
+SWEEP_DEFAULT = "4k,16k,32k,64k,128k,256k"
+
+
+def _write_report(request: Any, result: Any, out: Path, sweep_text: str, calibration: Path | None) -> list[Path]:
+    from lcmoe.report.build import build_report, write_report
+    from lcmoe.units import parse_token_count
+
+    lengths = [parse_token_count(t.strip(), field="--sweep") for t in sweep_text.split(",") if t.strip()]
+    inputs, figs = build_report(
+        request, result, sweep_lengths=lengths, calibration=str(calibration) if calibration else None
     )
+    return write_report(out, inputs, figs)
 
 
-def _recompute_text(plan: dict[str, Any]) -> str:
-    rc = plan["recompute"]
-    if rc["granularity"] == "selective":
-        return ",".join(rc["modules"])
-    return str(rc["granularity"])
+def report(
+    model: str = ro.MODEL,
+    gpu: str = ro.GPU,
+    gpus: int = ro.GPUS,
+    seq_len: str = ro.SEQ,
+    out: Path = typer.Option(Path("report.html"), "--out", "-o", help="the HTML file (report.md is written beside it)"),
+    sweep_lengths: str = typer.Option(SWEEP_DEFAULT, "--sweep", help="sequence lengths for the sweep curve"),
+    gbs: int = typer.Option(None, "--gbs", min=1, help="target global batch (rounded to a legal multiple)"),
+    precision: str = typer.Option(None, "--precision", help="comma list, e.g. bf16,fp8-blockwise"),
+    dispatchers: str = typer.Option(None, "--dispatchers", help="comma list of alltoall,deepep,hybridep"),
+    top: int = typer.Option(5, "--top", min=1, max=50),
+    margin: float = typer.Option(0.05, "--margin", help="memory safety margin"),
+    megatron_core_version: str = typer.Option("0.19.2", "--megatron-core-version"),
+    hardware_file: Path = ro.HW_FILE,
+    hw: list[str] = ro.HW_SET,
+    scaleout_gbps: float = ro.SCALEOUT,
+    gpus_per_node: int = ro.PER_NODE,
+    calibration: Path = ro.CALIBRATION,
+    json_output: bool = typer.Option(False, "--json", help="print the plan JSON the report shows"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the written paths"),
+) -> None:
+    """Plan and write a self-contained HTML report (and its Markdown twin) with plots to review before spending GPUs."""
+    request = _request(
+        model,
+        gpu,
+        gpus,
+        seq_len,
+        gbs,
+        precision,
+        dispatchers,
+        top,
+        margin,
+        megatron_core_version,
+        False,
+        False,
+        hardware_file,
+        hw,
+        scaleout_gbps,
+        gpus_per_node,
+        calibration,
+    )
+    result = _progress_search(request, quiet or json_output)
+    if not result.plans:
+        from lcmoe.plan.search import min_gpus_that_fit
+
+        result.min_gpus_needed = min_gpus_that_fit(request)
+    written = _write_report(request, result, out, sweep_lengths, calibration)
+    if json_output:
+        print_json(plan_payload(request, result))
+    elif quiet:
+        for path in written:
+            stdout.print(str(path), highlight=False)
+    else:
+        stdout.print(f"wrote {written[0]} (self-contained), {written[1]} and {written[2]}/", highlight=False)
+    if not result.plans:
+        raise typer.Exit(EXIT_FINDINGS)
 
 
 def _print_quiet(payload: dict[str, Any]) -> None:
     if payload["plans"]:
         best = payload["plans"][0]
         stdout.print(
-            f"{_layout_text(best['layout'])} {best['precision']} recompute={_recompute_text(best)} "
+            f"{layout_text(best['layout'])} {best['precision']} recompute={recompute_text(best)} "
             f"{best['dispatcher']} offload={best['optimizer_offload_fraction']:g} "
             f"tokens/s/GPU={best['time']['tokens_per_sec_per_gpu']:.0f}"
         )
@@ -256,47 +286,15 @@ def render_plans(payload: dict[str, Any]) -> None:
         if closest:
             over = closest["memory"]["peak_reserved_bytes"] - closest["memory"]["capacity_bytes"]
             stdout.print(
-                f"closest: {_layout_text(closest['layout'])}, {over / 1024**3:.1f} GiB over; add GPUs, "
+                f"closest: {layout_text(closest['layout'])}, {over / 1024**3:.1f} GiB over; add GPUs, "
                 "lower precision, or shorten the sequence"
             )
         return
     table = Table(title="plans, fastest first (memory = worst stage, reserved)")
-    for col in (
-        "#",
-        "layout",
-        "recompute",
-        "precision",
-        "dispatcher",
-        "graphs",
-        "offload",
-        "peak GiB / cap",
-        "step s",
-        "tok/s/GPU",
-        "TFLOP/s/GPU",
-        "MFU",
-    ):
+    for col in PLAN_COLUMNS:
         table.add_column(col, justify="left" if col in ("layout", "recompute", "dispatcher", "graphs") else "right")
-    rows = [(str(i + 1), p) for i, p in enumerate(payload["plans"])]
-    if payload.get("fallback"):
-        rows.append(("fallback", payload["fallback"]))
-    if payload.get("reference"):
-        rows.append(("guidance", payload["reference"]))
-    for label, p in rows:
-        mem, time = p["memory"], p["time"]
-        table.add_row(
-            label,
-            _layout_text(p["layout"]),
-            _recompute_text(p),
-            p["precision"],
-            p["dispatcher"],
-            ",".join(p["cuda_graph_scope"]) or "-",
-            f"{p['optimizer_offload_fraction']:g}",
-            f"{mem['peak_reserved_bytes'] / 1024**3:.1f} / {mem['capacity_bytes'] / 1024**3:.0f}",
-            f"{time['step_seconds']:.2f}",
-            f"{time['tokens_per_sec_per_gpu']:.0f}",
-            f"{time['model_tflops_per_gpu']:.0f}",
-            f"{100 * time['mfu']:.1f}%",
-        )
+    for row in labelled_rows(payload):
+        table.add_row(*row)
     stdout.print(table)
     for i, p in enumerate(payload["plans"][:3]):
         stdout.print(f"[bold]plan {i + 1}[/] — why:")
@@ -326,6 +324,7 @@ def sweep(
     gpus_per_node: int = ro.PER_NODE,
     calibration: Path = ro.CALIBRATION,
     json_output: bool = typer.Option(False, "--json", help="print JSON"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="one line per sequence length"),
 ) -> None:
     """The best plan per sequence length (the shape of the guidance's CP-scaling table)."""
     from lcmoe.units import parse_token_count
@@ -358,6 +357,16 @@ def sweep(
     if json_output:
         print_json({"model": model, "gpu": gpu, "num_gpus": gpus, "sweep": rows})
         return
+    if quiet:
+        for row in rows:
+            p = row["plan"]
+            text = (
+                f"{layout_text(p['layout'])} tokens/s/GPU={p['time']['tokens_per_sec_per_gpu']:.0f}"
+                if p
+                else "no plan fits"
+            )
+            stdout.print(f"{row['seq_len']} {text}", highlight=False)
+        return
     table = Table(title=f"best plan per sequence length — {model} on {gpus} × {gpu}")
     for col in ("seq", "layout", "recompute", "precision", "offload", "peak GiB", "TFLOP/s/GPU", "MFU"):
         table.add_column(col, justify="left" if col in ("layout", "recompute") else "right")
@@ -368,8 +377,8 @@ def sweep(
             continue
         table.add_row(
             str(row["seq_len"]),
-            _layout_text(p["layout"]),
-            _recompute_text(p),
+            layout_text(p["layout"]),
+            recompute_text(p),
             p["precision"],
             f"{p['optimizer_offload_fraction']:g}",
             f"{p['memory']['peak_reserved_bytes'] / 1024**3:.1f}",

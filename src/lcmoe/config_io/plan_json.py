@@ -80,7 +80,7 @@ def run_from_plan(doc: dict[str, Any], *, index: int = 0, hardware: HardwareSpec
             cuda_graph_scope=frozenset(entry["cuda_graph_scope"]),
             overlap_moe_expert_parallel_comm=bool(entry["overlap_moe_expert_parallel_comm"]),
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise LcmoeError(
             "--plan", f"plans[{index}]", f"is missing or has a bad field ({exc})", "re-run lcmoe plan"
         ) from None

@@ -10,11 +10,13 @@ from lcmoe.config_io.bridge import format_override_value, overrides_from_run
 from lcmoe.emit.environment import environment
 from lcmoe.run import RunConfig
 
+DEFAULT_CONTAINER = "nvcr.io/nvidia/nemo:26.08"
+
 
 @dataclass(frozen=True, slots=True)
 class LaunchSettings:
     job_name: str = "lcmoe"
-    container_image: str = "nvcr.io/nvidia/nemo:26.08"
+    container_image: str = DEFAULT_CONTAINER
     mounts: tuple[str, ...] = ()
     recipe: str = "deepseek_v3_pretrain_config"
     account: str | None = None

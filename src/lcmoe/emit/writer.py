@@ -32,6 +32,12 @@ RECIPES = {
 }
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Temp file in the same folder, then rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -39,6 +45,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a report or config is for the team
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

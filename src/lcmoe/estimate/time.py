@@ -61,6 +61,8 @@ class TimeCoefficients:
     ep_comm_efficiency: float = 0.7
     ep_network_efficiency: float = 0.7
     cp_ring_hidden: float = 0.0
+    moe_permute_passes: float = 8.0
+    grouped_gemm_half_size: float = 0.0
     # Fixed (not fitted), from kernels-and-links.md.
     grouped_gemm_half_tokens: float = 512.0
     attention_half_chunk: float = 512.0
@@ -87,11 +89,19 @@ COEFFICIENT_BOUNDS: dict[str, tuple[float, float]] = {
     "attention_efficiency": (0.2, 0.75),
     "layer_overhead_seconds": (0.0, 3.0e-3),
     "moe_layer_overhead_seconds": (0.0, 3.0e-3),
-    "ep_comm_efficiency": (0.1, 1.0),
+    "ep_comm_efficiency": (0.4, 1.0),
     "ep_network_efficiency": (0.1, 1.0),
     "nvlink_efficiency": (0.1, 1.0),
     "scaleout_efficiency": (0.1, 1.0),
     "cp_ring_hidden": (0.0, 1.0),
+    # Token permutation passes over HBM per MoE layer (fwd + bwd): permute + unpermute, read +
+    # write = 8 at least (Megatron moe_utils.permute/unpermute); router, sort and probability
+    # scaling add more.
+    "moe_permute_passes": (8.0, 64.0),
+    # N·K (hidden × expert FFN / ETP) at which a grouped GEMM reaches half its large-shape
+    # efficiency: small experts leave SMs idle (kernels-and-links.md §2b: 0.11–0.16 of peak for
+    # small N·K at 512 tokens/expert vs 0.56–0.66 for large).
+    "grouped_gemm_half_size": (0.0, 5.0e7),
 }
 
 _DISPATCHER_RELATIVE = {"alltoall": 0.75, "allgather": 0.6, "deepep": 1.0, "hybridep": 1.1}
@@ -160,10 +170,12 @@ def layer_flops_per_token(model: ModelSpec, layer: int, seq_len: int) -> LayerFl
 
 
 # ----- rates -------------------------------------------------------------------------------
-def grouped_gemm_saturation(tokens_per_expert: float, c: TimeCoefficients) -> float:
-    """n / (n + n½): grouped GEMM efficiency falls when each local expert sees few tokens
+def grouped_gemm_saturation(tokens_per_expert: float, c: TimeCoefficients, expert_gemm_size: float = 0.0) -> float:
+    """n / (n + n½) · s / (s + s½): grouped GEMM efficiency falls when each local expert sees few
+    tokens, and when each expert's GEMM (s = hidden · expert FFN / ETP) is small
     (kernels-and-links.md §2b: ~60% of peak at ≥ 2K tokens/expert, 11–16% at 512 for small N·K)."""
-    return tokens_per_expert / (tokens_per_expert + c.grouped_gemm_half_tokens)
+    size = expert_gemm_size / (expert_gemm_size + c.grouped_gemm_half_size) if expert_gemm_size > 0 else 1.0
+    return tokens_per_expert / (tokens_per_expert + c.grouped_gemm_half_tokens) * size
 
 
 def attention_saturation(chunk: float, c: TimeCoefficients) -> float:
@@ -188,6 +200,7 @@ class LayerAmounts:
     cp_kv_bytes_per_step: float
     cp_a2a_bytes: float
     ep_bytes: float
+    moe_token_bytes: float
     is_moe: bool
 
 
@@ -224,6 +237,7 @@ class RunAmounts:
     dp_span: int
     nvlink_domain: int
     tokens_per_expert: float
+    expert_gemm_size: float
     attention_chunk: float
     dispatcher: str
     ep_overlap: bool
@@ -257,7 +271,10 @@ def _layer_amounts(run: RunConfig, layer: int, count: int) -> LayerAmounts:
             q_width = model.num_attention_heads * model.head_dim
         cp_kv = shape.tokens * BF16 * width / layout.tp
         cp_a2a = 2 * 2 * (layout.cp - 1) / layout.cp * shape.tokens * BF16 * (2 * q_width + width) / layout.tp
-    ep_bytes = 0.0
+    ep_bytes = moe_token_bytes = 0.0
+    if is_moe:
+        sp = layout.tp if layout.sequence_parallel else 1
+        moe_token_bytes = shape.tokens / sp * model.moe_router_topk * model.hidden_size * BF16
     if is_moe and layout.ep * layout.etp > 1:
         sp = layout.tp if layout.sequence_parallel else 1
         td = shape.tokens / sp * model.moe_router_topk * layout.etp * options.moe_token_imbalance
@@ -277,6 +294,7 @@ def _layer_amounts(run: RunConfig, layer: int, count: int) -> LayerAmounts:
         cp_kv_bytes_per_step=cp_kv,
         cp_a2a_bytes=cp_a2a if layout.cp_comm_type in ("a2a", "a2a+p2p") else 0.0,
         ep_bytes=ep_bytes,
+        moe_token_bytes=moe_token_bytes,
         is_moe=is_moe,
     )
 
@@ -340,6 +358,7 @@ def time_amounts(run: RunConfig) -> RunAmounts:
         dp_span=layout.world_size // layout.pp,
         nvlink_domain=hardware.nvlink_domain_size,
         tokens_per_expert=shape.tokens / sp * model.moe_router_topk * layout.etp / local_experts,
+        expert_gemm_size=model.hidden_size * model.expert_ffn / layout.etp if model.is_moe else 0.0,
         attention_chunk=options.seq_len / layout.cp / (2 if layout.cp > 1 else 1),
         dispatcher=options.dispatcher,
         ep_overlap=options.overlap_moe_expert_parallel_comm,
@@ -371,11 +390,13 @@ class StageTime:
     ep_comm: float = 0.0
     pp_comm: float = 0.0
     overhead: float = 0.0
+    moe_permute: float = 0.0
 
     @property
     def total(self) -> float:
         return (
-            self.dense_gemm
+            self.moe_permute
+            + self.dense_gemm
             + self.expert_gemm
             + self.attention
             + self.elementwise
@@ -410,13 +431,16 @@ def _gemm_efficiency(tensor_core: str, c: TimeCoefficients) -> float:
 def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients) -> StageTime:
     """Forward + backward of one microbatch on one GPU of ``stage`` (see the module docstring)."""
     gemm = a.gemm_peak * _gemm_efficiency(a.tensor_core, c)
-    expert_rate = a.gemm_peak * c.grouped_gemm_efficiency * grouped_gemm_saturation(a.tokens_per_expert, c)
+    saturation = grouped_gemm_saturation(a.tokens_per_expert, c, a.expert_gemm_size)
+    expert_rate = a.gemm_peak * c.grouped_gemm_efficiency * saturation
     attention_rate = a.bf16_peak * c.attention_efficiency * attention_saturation(a.attention_chunk, c)
     tp_bw = _bandwidth(a, a.tp_span, c)
     cp_bw = _bandwidth(a, a.cp_span, c)
     ep_eff = min(c.ep_comm_efficiency * _DISPATCHER_RELATIVE.get(a.dispatcher, 0.75), 1.0)
     graph_share = 1 - c.cuda_graph_overhead_saving if a.cuda_graphs else 1.0
-    totals = dict.fromkeys(("dense", "expert", "attention", "elementwise", "recompute", "tp", "cp", "ep", "ovh"), 0.0)
+    totals = dict.fromkeys(
+        ("dense", "expert", "attention", "elementwise", "recompute", "tp", "cp", "ep", "ovh", "permute"), 0.0
+    )
     for g in stage.groups:
         dense = (g.dense_flops + g.linear_flops) / gemm
         experts = g.expert_flops / expert_rate * a.moe_imbalance if g.expert_flops else 0.0
@@ -437,7 +461,8 @@ def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients) -> Stage
             ep += g.ep_bytes * a.ep_remote_share / (a.scaleout_bandwidth * network_eff)
             if a.ep_overlap:
                 ep *= 1.0 - c.ep_overlap_hidden
-        recompute = recompute_seconds(a, g, gemm, dense, experts, attention, elementwise, ep)
+        permute = c.moe_permute_passes * g.moe_token_bytes / a.hbm_bandwidth
+        recompute = recompute_seconds(a, g, gemm, dense, experts, attention, elementwise, ep + permute)
         overhead = graph_share * (c.layer_overhead_seconds + (c.moe_layer_overhead_seconds if g.is_moe else 0.0))
         for key, value in (
             ("dense", dense),
@@ -449,6 +474,7 @@ def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients) -> Stage
             ("cp", cp),
             ("ep", ep),
             ("ovh", overhead),
+            ("permute", permute),
         ):
             totals[key] += value * g.count
     totals["dense"] += stage.logits_flops / (a.bf16_peak * c.gemm_efficiency_bf16)
@@ -466,6 +492,7 @@ def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients) -> Stage
         ep_comm=totals["ep"],
         pp_comm=pp,
         overhead=totals["ovh"],
+        moe_permute=totals["permute"],
     )
 
 

@@ -106,6 +106,8 @@ class SearchResult:
     closest: Plan | None = None
     min_gpus_needed: int | None = None
     notes: list[str] = field(default_factory=list)
+    # (peak reserved bytes, tokens/s/GPU) of every fitting candidate: the report's Pareto scatter.
+    fitting_points: list[tuple[float, float]] = field(default_factory=list)
 
 
 # ----- enumeration ---------------------------------------------------------------------------
@@ -336,6 +338,7 @@ def search(request: PlanRequest, progress: Callable[[int, int], None] | None = N
         searched=searched,
         legal=legal,
         fit=len(evaluated),
+        fitting_points=[(p.memory.peak_reserved_bytes, p.tokens_per_sec_per_gpu) for p in evaluated],
     )
     if evaluated:
         result.fallback = _explained(conservative_fallback(evaluated, request), evaluated)

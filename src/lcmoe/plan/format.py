@@ -1,0 +1,63 @@
+"""Plain-text formatting of plan dictionaries, shared by the CLI tables and the report (so a
+number prints the same everywhere)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+GIB = 1024.0**3
+PLAN_COLUMNS = (
+    "#",
+    "layout",
+    "recompute",
+    "precision",
+    "dispatcher",
+    "graphs",
+    "offload",
+    "peak GiB / cap",
+    "step s",
+    "tok/s/GPU",
+    "TFLOP/s/GPU",
+    "MFU",
+)
+
+
+def layout_text(layout: dict[str, Any]) -> str:
+    return (
+        f"TP{layout['tp']} CP{layout['cp']} EP{layout['ep']} ETP{layout['etp']} PP{layout['pp']} "
+        f"VPP{layout['vpp']} DP{layout['dp']} MBS{layout['mbs']} GBS{layout['gbs']}"
+    )
+
+
+def recompute_text(plan: dict[str, Any]) -> str:
+    rc = plan["recompute"]
+    return ",".join(rc["modules"]) if rc["granularity"] == "selective" else str(rc["granularity"])
+
+
+def plan_row(label: str, p: dict[str, Any]) -> list[str]:
+    """One row of the plans table (PLAN_COLUMNS)."""
+    mem, time = p["memory"], p["time"]
+    return [
+        label,
+        layout_text(p["layout"]),
+        recompute_text(p),
+        p["precision"],
+        p["dispatcher"],
+        ",".join(p["cuda_graph_scope"]) or "-",
+        f"{p['optimizer_offload_fraction']:g}",
+        f"{mem['peak_reserved_bytes'] / GIB:.1f} / {mem['capacity_bytes'] / GIB:.0f}",
+        f"{time['step_seconds']:.2f}",
+        f"{time['tokens_per_sec_per_gpu']:.0f}",
+        f"{time['model_tflops_per_gpu']:.0f}",
+        f"{100 * time['mfu']:.1f}%",
+    ]
+
+
+def labelled_rows(payload: dict[str, Any]) -> list[list[str]]:
+    """The plans, then the fallback and the guidance's layout when present."""
+    rows = [plan_row(str(i + 1), p) for i, p in enumerate(payload["plans"])]
+    if payload.get("fallback"):
+        rows.append(plan_row("fallback", payload["fallback"]))
+    if payload.get("reference"):
+        rows.append(plan_row("guidance", payload["reference"]))
+    return rows
