@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 
 from lcmoe.catalog import load_hardware, load_model, read_yaml_text
 from lcmoe.errors import LcmoeError
+from lcmoe.specs.hf import SUPPORTED_MODEL_TYPES
+from tests.helpers import HF_FAMILY_BASE
 
 CATALOG = Path(__file__).resolve().parent.parent / "src" / "lcmoe" / "catalog"
 CASE_SECONDS = 10.0
@@ -87,29 +89,8 @@ def _yaml_dicts(kind: str) -> list[dict[str, Any]]:
 
 
 HF_BASE: dict[str, Any] = {
+    **HF_FAMILY_BASE,
     "model_type": "deepseek_v3",
-    "num_hidden_layers": 8,
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 2,
-    "head_dim": 32,
-    "vocab_size": 1000,
-    "num_experts": 16,
-    "num_local_experts": 16,
-    "n_routed_experts": 16,
-    "num_experts_per_tok": 2,
-    "moe_intermediate_size": 128,
-    "shared_expert_intermediate_size": 128,
-    "full_attention_interval": 4,
-    "linear_num_key_heads": 4,
-    "linear_num_value_heads": 8,
-    "linear_key_head_dim": 32,
-    "linear_value_head_dim": 32,
-    "linear_conv_kernel_dim": 4,
-    "sliding_window": 128,
-    "n_shared_experts": 1,
-    "first_k_dense_replace": 1,
     "q_lora_rank": 64,
     "kv_lora_rank": 32,
     "qk_nope_head_dim": 32,
@@ -117,20 +98,7 @@ HF_BASE: dict[str, Any] = {
     "v_head_dim": 32,
     "num_nextn_predict_layers": 1,
 }
-MODEL_TYPES = (
-    "deepseek_v3",
-    "kimi_k2",
-    "deepseek_v2",
-    "glm4_moe",
-    "qwen3_moe",
-    "qwen3_next",
-    "gpt_oss",
-    "mixtral",
-    "llama",
-    "qwen3",
-    "bert",
-    "",
-)
+MODEL_TYPES = (*SUPPORTED_MODEL_TYPES, "bert", "")
 
 
 @st.composite

@@ -48,3 +48,30 @@ def with_options(run: RunConfig, **changes: Any) -> RunConfig:
 
 def with_layout(run: RunConfig, **changes: Any) -> RunConfig:
     return replace(run, layout=replace(run.layout, **changes))
+
+
+# A small config.json that every supported HF model type can read (each takes the keys it needs).
+HF_FAMILY_BASE: dict[str, object] = {
+    "num_hidden_layers": 8,
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "vocab_size": 1000,
+    "num_experts": 16,
+    "num_local_experts": 16,
+    "n_routed_experts": 16,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 128,
+    "shared_expert_intermediate_size": 128,
+    "full_attention_interval": 4,
+    "linear_num_key_heads": 4,
+    "linear_num_value_heads": 8,
+    "linear_key_head_dim": 32,
+    "linear_value_head_dim": 32,
+    "linear_conv_kernel_dim": 4,
+    "sliding_window": 128,
+    "n_shared_experts": 1,
+    "first_k_dense_replace": 1,
+}

@@ -11,6 +11,7 @@ from lcmoe.catalog import hardware_names, load_hardware, load_model, load_model_
 from lcmoe.errors import LcmoeError, UnknownNameError
 from lcmoe.specs.hf import model_from_hf_config
 from lcmoe.specs.model import ModelSpec, parse_layer_pattern
+from tests.helpers import HF_FAMILY_BASE
 
 REQUIRED_MODELS = {
     "deepseek-v3",
@@ -170,31 +171,7 @@ def test_hf_config_unsupported_type_is_named(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("model_type", ["qwen3_moe", "qwen3_next", "gpt_oss", "mixtral", "llama", "qwen3", "glm4_moe"])
 def test_hf_config_each_family_builds(tmp_path: Path, model_type: str) -> None:
-    base: dict[str, object] = {
-        "model_type": model_type,
-        "num_hidden_layers": 8,
-        "hidden_size": 256,
-        "intermediate_size": 512,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 2,
-        "head_dim": 32,
-        "vocab_size": 1000,
-        "num_experts": 16,
-        "num_local_experts": 16,
-        "n_routed_experts": 16,
-        "num_experts_per_tok": 2,
-        "moe_intermediate_size": 128,
-        "shared_expert_intermediate_size": 128,
-        "full_attention_interval": 4,
-        "linear_num_key_heads": 4,
-        "linear_num_value_heads": 8,
-        "linear_key_head_dim": 32,
-        "linear_value_head_dim": 32,
-        "linear_conv_kernel_dim": 4,
-        "sliding_window": 128,
-        "n_shared_experts": 1,
-        "first_k_dense_replace": 1,
-    }
+    base: dict[str, object] = dict(HF_FAMILY_BASE, model_type=model_type)
     path = tmp_path / "config.json"
     path.write_text(json.dumps(base))
     spec = model_from_hf_config(path)

@@ -132,7 +132,9 @@ def diagnose(
 
             result["oom"] = diagnose_oom(run, summary, margin=margin, coefficients=coefficients).as_dict()
         else:
-            result["oom"] = {"evidence": [o["tried_bytes"] for o in result["log"]["ooms"]], "ladder": []}
+            from lcmoe.diagnose.oom import oom_sentences
+
+            result["oom"] = {"evidence": oom_sentences(summary), "ladder": []}
     from lcmoe.diagnose.steps import step_stats
 
     stats = step_stats(summary)

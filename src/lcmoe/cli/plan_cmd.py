@@ -14,6 +14,14 @@ from lcmoe.cli.common import EXIT_FINDINGS, print_json, resolve_hardware, resolv
 from lcmoe.plan.format import PLAN_COLUMNS, labelled_rows, layout_text, recompute_text
 from lcmoe.plan.payload import plan_payload
 
+GBS = typer.Option(None, "--gbs", min=1, help="target global batch (rounded to a legal multiple)")
+PRECISIONS = typer.Option(None, "--precision", help="comma list, e.g. bf16,fp8-blockwise (default: all the GPU has)")
+DISPATCHERS = typer.Option(None, "--dispatchers", help="comma list of alltoall,deepep,hybridep")
+TOP = typer.Option(5, "--top", min=1, max=50, help="how many plans to list")
+MARGIN = typer.Option(0.05, "--margin", help="memory safety margin")
+MCORE = typer.Option("0.19.2", "--megatron-core-version", help="the Megatron-Core release the rules target")
+SWEEP_DEFAULT = "4k,16k,32k,64k,128k,256k"
+
 
 def _progress_search(request: Any, quiet: bool) -> Any:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -102,14 +110,12 @@ def plan(
     gpu: str = ro.GPU,
     gpus: int = ro.GPUS,
     seq_len: str = ro.SEQ,
-    gbs: int = typer.Option(None, "--gbs", min=1, help="target global batch (rounded to a legal multiple)"),
-    precision: str = typer.Option(
-        None, "--precision", help="comma list, e.g. bf16,fp8-blockwise (default: all the GPU has)"
-    ),
-    dispatchers: str = typer.Option(None, "--dispatchers", help="comma list of alltoall,deepep,hybridep"),
-    top: int = typer.Option(5, "--top", min=1, max=50),
-    margin: float = typer.Option(0.05, "--margin", help="memory safety margin"),
-    megatron_core_version: str = typer.Option("0.19.2", "--megatron-core-version"),
+    gbs: int = GBS,
+    precision: str = PRECISIONS,
+    dispatchers: str = DISPATCHERS,
+    top: int = TOP,
+    margin: float = MARGIN,
+    megatron_core_version: str = MCORE,
     no_offload: bool = typer.Option(False, "--no-offload", help="never offload the optimizer"),
     no_cuda_graphs: bool = typer.Option(False, "--no-cuda-graphs", help="variable-length data: no CUDA graphs"),
     emit: Path = typer.Option(None, "--emit", help="write configs and launchers for the top plan to DIR"),
@@ -185,9 +191,6 @@ def plan(
         raise typer.Exit(EXIT_FINDINGS)
 
 
-SWEEP_DEFAULT = "4k,16k,32k,64k,128k,256k"
-
-
 def _write_report(request: Any, result: Any, out: Path, sweep_text: str, calibration: Path | None) -> list[Path]:
     from lcmoe.report.build import build_report, write_report
     from lcmoe.units import parse_token_count
@@ -206,12 +209,12 @@ def report(
     seq_len: str = ro.SEQ,
     out: Path = typer.Option(Path("report.html"), "--out", "-o", help="the HTML file (report.md is written beside it)"),
     sweep_lengths: str = typer.Option(SWEEP_DEFAULT, "--sweep", help="sequence lengths for the sweep curve"),
-    gbs: int = typer.Option(None, "--gbs", min=1, help="target global batch (rounded to a legal multiple)"),
-    precision: str = typer.Option(None, "--precision", help="comma list, e.g. bf16,fp8-blockwise"),
-    dispatchers: str = typer.Option(None, "--dispatchers", help="comma list of alltoall,deepep,hybridep"),
-    top: int = typer.Option(5, "--top", min=1, max=50),
-    margin: float = typer.Option(0.05, "--margin", help="memory safety margin"),
-    megatron_core_version: str = typer.Option("0.19.2", "--megatron-core-version"),
+    gbs: int = GBS,
+    precision: str = PRECISIONS,
+    dispatchers: str = DISPATCHERS,
+    top: int = TOP,
+    margin: float = MARGIN,
+    megatron_core_version: str = MCORE,
     hardware_file: Path = ro.HW_FILE,
     hw: list[str] = ro.HW_SET,
     scaleout_gbps: float = ro.SCALEOUT,
@@ -315,9 +318,9 @@ def sweep(
     model: str = ro.MODEL,
     gpu: str = ro.GPU,
     gpus: int = ro.GPUS,
-    seq_lens: str = typer.Option("4k,16k,32k,64k,128k,256k", "--seq-lens", help="comma list"),
-    precision: str = typer.Option(None, "--precision"),
-    dispatchers: str = typer.Option(None, "--dispatchers"),
+    seq_lens: str = typer.Option(SWEEP_DEFAULT, "--seq-lens", help="comma list"),
+    precision: str = PRECISIONS,
+    dispatchers: str = DISPATCHERS,
     hardware_file: Path = ro.HW_FILE,
     hw: list[str] = ro.HW_SET,
     scaleout_gbps: float = ro.SCALEOUT,

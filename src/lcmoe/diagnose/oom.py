@@ -54,13 +54,9 @@ class OomDiagnosis:
         }
 
 
-def _log_evidence(run: RunConfig, summary: LogSummary | None) -> tuple[list[str], bool]:
-    """Sentences from the log, and whether it shows allocator fragmentation."""
-    if summary is None:
-        return [], False
-    notes: list[str] = []
-    fragmented = False
-    capacity = run.hardware.hbm_bytes
+def oom_sentences(summary: LogSummary) -> list[str]:
+    """What the log's OOM messages say, one sentence each (first three)."""
+    notes = []
     for event in summary.ooms[:3]:
         where = f"rank {event.rank} " if event.rank is not None else ""
         notes.append(
@@ -68,6 +64,16 @@ def _log_evidence(run: RunConfig, summary: LogSummary | None) -> tuple[list[str]
             f"{event.free_bytes / GIB:.2f} GiB free of {event.capacity_bytes / GIB:.1f} GiB "
             f"(log line {event.line_number})"
         )
+    return notes
+
+
+def _log_evidence(run: RunConfig, summary: LogSummary | None) -> tuple[list[str], bool]:
+    """Sentences from the log, and whether it shows allocator fragmentation."""
+    if summary is None:
+        return [], False
+    notes = oom_sentences(summary)
+    fragmented = False
+    capacity = run.hardware.hbm_bytes
     if summary.ooms:
         event = max(summary.ooms, key=lambda e: e.reserved_unallocated_bytes or 0.0)
         slack = event.reserved_unallocated_bytes or 0.0

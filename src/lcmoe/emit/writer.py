@@ -126,16 +126,23 @@ def write_plan_directory(
             (staging / "fallback").mkdir()
             for name, text in _plan_files(result.fallback.run, payload["fallback"], launch).items():
                 (staging / "fallback" / name).write_text(text, encoding="utf-8")
-        os.chmod(staging, 0o755)
-        if target.exists():
-            backup = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.old."))
-            backup.rmdir()
-            os.replace(target, backup)
-            os.replace(staging, target)
-            shutil.rmtree(backup, ignore_errors=True)
-        else:
-            os.replace(staging, target)
+        install_directory(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
+
+
+def install_directory(staging: Path, target: Path) -> None:
+    """Put a completed ``staging`` directory at ``target`` by renames: an existing ``target`` is
+    moved aside first and deleted only after the new one is in place, so an interruption leaves
+    either the old directory or the new one, never a mix."""
+    os.chmod(staging, 0o755)
+    if target.exists():
+        backup = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.old."))
+        backup.rmdir()
+        os.replace(target, backup)
+        os.replace(staging, target)
+        shutil.rmtree(backup, ignore_errors=True)
+    else:
+        os.replace(staging, target)

@@ -4,7 +4,6 @@ models' measured error figures. Writing is ``write_report`` (atomic, like every 
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -14,7 +13,7 @@ from typing import Any
 
 from lcmoe.emit.bridge import overrides_text
 from lcmoe.emit.megatron_lm import megatron_lm_args
-from lcmoe.emit.writer import atomic_write_text
+from lcmoe.emit.writer import atomic_write_text, install_directory
 from lcmoe.estimate.memory import shipped_coefficients
 from lcmoe.estimate.time import shipped_time_coefficients
 from lcmoe.plan.payload import plan_payload
@@ -85,15 +84,7 @@ def write_report(html_path: Path, inputs: ReportInputs, figs: list[Figure]) -> l
     try:
         for fig in figs:
             (staging / f"{fig.name}.svg").write_text(fig.svg, encoding="utf-8")
-        os.chmod(staging, 0o755)
-        if plots_dir.exists():
-            backup = Path(tempfile.mkdtemp(dir=html_path.parent, prefix=f".{plots_name}.old."))
-            backup.rmdir()
-            os.replace(plots_dir, backup)
-            os.replace(staging, plots_dir)
-            shutil.rmtree(backup, ignore_errors=True)
-        else:
-            os.replace(staging, plots_dir)
+        install_directory(staging, plots_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
