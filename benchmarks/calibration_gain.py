@@ -25,15 +25,27 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.perf_rows import PerfCase, long_context_cases, perf_cases
+from benchmarks.perf_rows import PerfCase, container_factor, long_context_cases, perf_cases
 from benchmarks.published import REFERENCE, write_json
 from lcmoe.estimate.calibration import MeasuredRun, calibrate
-from lcmoe.estimate.time import combine, shipped_time_coefficients, time_amounts
+from lcmoe.estimate.time import TimeCoefficients, combine, shipped_time_coefficients, time_amounts
+
+
+def software_factor(case: PerfCase) -> float:
+    """The case's container throughput relative to the reference container (fit_time.py)."""
+    return container_factor(shipped_time_coefficients(case.run.hardware.architecture), case.container)
 
 
 def measured_step(case: PerfCase) -> float:
+    """The published run's step time, brought to the reference container (what lcmoe predicts)."""
     amounts = time_amounts(case.run)
-    return amounts.model_flops_per_step / (case.published_tflops * 1e12 * case.run.num_gpus)
+    return amounts.model_flops_per_step / (case.published_tflops * 1e12 * case.run.num_gpus) * software_factor(case)
+
+
+def predicted_tflops(case: PerfCase, coefficients: TimeCoefficients | None = None) -> float:
+    """TFLOP/s for the case's own container, with the shipped (or given) coefficients."""
+    c = coefficients or shipped_time_coefficients(case.run.hardware.architecture)
+    return combine(time_amounts(case.run), c).model_tflops_per_gpu * software_factor(case)
 
 
 def prior_spreads(groups: dict[tuple[str, str], list[PerfCase]]) -> tuple[float, float]:
@@ -42,15 +54,7 @@ def prior_spreads(groups: dict[tuple[str, str], list[PerfCase]]) -> tuple[float,
     for members in groups.values():
         if len(members) < 2:
             continue
-        errors = [
-            math.log(
-                combine(
-                    time_amounts(c.run), shipped_time_coefficients(c.run.hardware.architecture)
-                ).model_tflops_per_gpu
-                / c.published_tflops
-            )
-            for c in members
-        ]
+        errors = [math.log(predicted_tflops(c) / c.published_tflops) for c in members]
         mean = statistics.mean(errors)
         means.append(mean)
         sizes.append(len(errors))
@@ -88,14 +92,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         anchors, others = members[: args.anchors], members[args.anchors :]
         calibration = calibrate([MeasuredRun(a.run, measured_step(a), a.name) for a in anchors])
-        shipped = shipped_time_coefficients(calibration.architecture)
         before, after = [], []
         for case in others:
-            amounts = time_amounts(case.run)
-            before.append(abs(combine(amounts, shipped).model_tflops_per_gpu / case.published_tflops - 1) * 100)
-            after.append(
-                abs(combine(amounts, calibration.coefficients).model_tflops_per_gpu / case.published_tflops - 1) * 100
-            )
+            before.append(abs(predicted_tflops(case) / case.published_tflops - 1) * 100)
+            after.append(abs(predicted_tflops(case, calibration.coefficients) / case.published_tflops - 1) * 100)
         scales = ", ".join(f"{k[:4]} {v:.2f}" for k, v in calibration.scales.items())
         print(
             f"{model[:22]:22s} {gpu:6s} {len(others):3d} {scales:>22s} "
@@ -117,11 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     for members in groups.values():
         if len(members) <= args.anchors:
             continue
-        ratios = [
-            combine(time_amounts(c.run), shipped_time_coefficients(c.run.hardware.architecture)).model_tflops_per_gpu
-            / c.published_tflops
-            for c in members
-        ]
+        ratios = [predicted_tflops(c) / c.published_tflops for c in members]
         middle = statistics.median(ratios)
         oracle += [abs(r / middle - 1) * 100 for r in ratios[args.anchors :]]
     all_before = [e for r in rows for e in r["errors_before_pct"]]

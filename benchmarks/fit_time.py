@@ -25,7 +25,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np
 from scipy.optimize import least_squares
 
-from benchmarks.perf_rows import PerfCase, long_context_cases, perf_cases
+from benchmarks.perf_rows import (
+    LONG_CONTEXT,
+    PerfCase,
+    container_factor,
+    long_context_cases,
+    perf_cases,
+    reference_container,
+    version_key,
+)
 from benchmarks.published import REFERENCE, REPO, write_coefficients
 from lcmoe.estimate.time import COEFFICIENT_BOUNDS, RunAmounts, TimeCoefficients, combine, time_amounts
 
@@ -69,33 +77,62 @@ def amounts(case: PerfCase) -> RunAmounts:
 
 
 def predicted_tflops(case: PerfCase, coefficients: TimeCoefficients) -> float:
-    return combine(amounts(case), coefficients).model_tflops_per_gpu
+    """The model's TFLOP/s for the case's own container (reference-container prediction × the
+    container's fitted software factor)."""
+    return combine(amounts(case), coefficients).model_tflops_per_gpu * container_factor(coefficients, case.container)
 
 
 def residuals(cases: list[PerfCase], coefficients: TimeCoefficients) -> np.ndarray:
     return np.array([np.log(predicted_tflops(c, coefficients) / c.published_tflops) for c in cases])
 
 
+CONTAINER_FACTOR_BOUNDS = (0.5, 2.0)
+# Prior on each container's factor: log-normal around 1 with this width. A container with a
+# handful of rows then cannot move its factor far on their noise (hopper's newest has 2 rows).
+CONTAINER_PRIOR_SIGMA = 0.1
+ROW_SCALE = 0.1  # soft-L1 scale of the row residuals (log units)
+
+
 def fit_family(cases: list[PerfCase], base: TimeCoefficients | None = None) -> TimeCoefficients:
+    """Efficiencies of one hardware family, plus one throughput factor per container relative to
+    the newest (the software-release effect the guidance's LC-CONTAINER rule warns about); the
+    shipped efficiencies therefore predict the newest container."""
     start_coeffs = base or TimeCoefficients()
     names = parameters_for(cases)
-    lower = np.array([BOUNDS[n][0] for n in names])
-    upper = np.array([BOUNDS[n][1] for n in names])
+    reference = reference_container(cases)
+    # The long-context card's runs are taken as the newest software (no factor of their own), so
+    # their misfit stays visible and shapes the long-context terms instead of being scaled away.
+    containers = sorted({c.container for c in cases} - {reference, LONG_CONTEXT}, key=version_key)
+    low_f, high_f = (float(np.log(b)) for b in CONTAINER_FACTOR_BOUNDS)
+    lower = np.array([BOUNDS[n][0] for n in names] + [low_f] * len(containers))
+    upper = np.array([BOUNDS[n][1] for n in names] + [high_f] * len(containers))
     units = {"moe_permute_passes": 10.0, "grouped_gemm_half_size": 1e7}
-    scale = np.array([1e-3 if n.endswith("overhead_seconds") else units.get(n, 1.0) for n in names])
-    start = np.clip(np.array([getattr(start_coeffs, n) for n in names]), lower, upper) / scale
+    scale = np.array(
+        [1e-3 if n.endswith("overhead_seconds") else units.get(n, 1.0) for n in names] + [1.0] * len(containers)
+    )
+    start = np.clip(np.array([getattr(start_coeffs, n) for n in names] + [0.0] * len(containers)), lower, upper) / scale
 
     def build(vector: np.ndarray) -> TimeCoefficients:
+        values = vector * scale
+        factors = {reference: 1.0, LONG_CONTEXT: 1.0} | {
+            c: float(np.exp(v)) for c, v in zip(containers, values[len(names) :], strict=True)
+        }
         return dataclasses.replace(
-            start_coeffs, **{n: float(v * s) for n, v, s in zip(names, vector, scale, strict=True)}
+            start_coeffs,
+            **{n: float(v) for n, v in zip(names, values[: len(names)], strict=True)},
+            fit={"containers": factors, "reference_container": reference},
         )
 
+    def objective(vector: np.ndarray) -> np.ndarray:
+        prior = vector[len(names) :] * scale[len(names) :] / CONTAINER_PRIOR_SIGMA * ROW_SCALE
+        return np.concatenate([residuals(cases, build(vector)), prior])
+
     result = least_squares(
-        lambda v: residuals(cases, build(v)),
+        objective,
         start,
         bounds=(lower / scale, upper / scale),
         loss="soft_l1",
-        f_scale=0.1,
+        f_scale=ROW_SCALE,
         max_nfev=200,
     )
     return build(result.x)
@@ -146,6 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     moe = [c for c in cases if c.run.model.is_moe]
     for family, coefficients in fitted.items():
         print(family, {n: round(getattr(coefficients, n), 5) for n in BOUNDS})
+        print(
+            "  container factors vs",
+            coefficients.fit["reference_container"],
+            {k: round(v, 3) for k, v in coefficients.fit["containers"].items()},
+        )
     summary = {"n": len(cases), "n_moe": len(moe), "mape_all": mape(cases, fitted), "mape_moe": mape(moe, fitted)}
     print(f"fit MAPE all {summary['mape_all']:.2f}% (n={len(cases)}), MoE {summary['mape_moe']:.2f}% (n={len(moe)})")
     if args.lomo:
@@ -154,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         payload = {
             "families": {family: {n: float(getattr(c, n)) for n in BOUNDS} for family, c in fitted.items()},
+            "containers": {family: dict(c.fit["containers"]) for family, c in fitted.items()},
+            "reference_containers": {family: c.fit["reference_container"] for family, c in fitted.items()},
             "fit": {
                 "date": dt.date.today().isoformat(),
                 "script": "benchmarks/fit_time.py",

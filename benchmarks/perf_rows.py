@@ -23,6 +23,28 @@ class PerfCase:
     model_name: str
     run: RunConfig
     published_tflops: float
+    container: str = "long-context"  # the NeMo container of the published run
+
+
+LONG_CONTEXT = "long-context"
+
+
+def version_key(container: str) -> tuple[int, ...]:
+    """26.04.01 → (26, 4, 1); the long-context card (no container) sorts first."""
+    parts = container.split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else (0,)
+
+
+def reference_container(cases: list[PerfCase]) -> str:
+    """The newest container among ``cases``: what the shipped coefficients predict."""
+    return max((c.container for c in cases if c.container != LONG_CONTEXT), key=version_key)
+
+
+def container_factor(coefficients: object, container: str) -> float:
+    """Throughput of ``container`` relative to the reference container, as fitted (1 if unknown)."""
+    fit = getattr(coefficients, "fit", {}) or {}
+    factors = fit.get("containers") or {}
+    return float(factors.get(container, 1.0))
 
 
 def _precision(norm: str, fp8_recipe: str, gpu: str) -> str:
@@ -83,7 +105,7 @@ def perf_cases(summary_path: str, recipes_path: str) -> tuple[list[PerfCase], li
             skipped.append({"row": label, "reason": str(exc)})
             continue
         group = f"{spec.name}/{row['gpu']}/{row['container']}"
-        cases.append(PerfCase(label, group, spec.name, run, tflops))
+        cases.append(PerfCase(label, group, spec.name, run, tflops, row["container"]))
     return cases, skipped
 
 
@@ -188,7 +210,12 @@ def long_context_cases(path: str) -> tuple[list[PerfCase], list[dict[str, str]]]
         )
         cases.append(
             PerfCase(
-                label, f"{name}/{row['gpu']}/long-context", name, RunConfig(spec, hardware, layout, options), tflops
+                label,
+                f"{name}/{row['gpu']}/{LONG_CONTEXT}",
+                name,
+                RunConfig(spec, hardware, layout, options),
+                tflops,
+                LONG_CONTEXT,
             )
         )
     return cases, skipped

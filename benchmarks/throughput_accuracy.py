@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.perf_rows import PerfCase, long_context_cases, perf_cases
+from benchmarks.perf_rows import PerfCase, container_factor, long_context_cases, perf_cases
 from benchmarks.published import REFERENCE, write_json
 from lcmoe.estimate.time import TimeCoefficients, combine, shipped_time_coefficients, time_amounts
 
@@ -42,7 +42,12 @@ def spearman(xs: list[float], ys: list[float]) -> float:
 
 
 def predictions(cases: list[PerfCase], coefficients: dict[str, TimeCoefficients]) -> list[float]:
-    return [combine(time_amounts(c.run), coefficients[c.run.hardware.architecture]).model_tflops_per_gpu for c in cases]
+    """Each row in its own container: the reference-container prediction × the fitted factor."""
+    out = []
+    for c in cases:
+        family = coefficients[c.run.hardware.architecture]
+        out.append(combine(time_amounts(c.run), family).model_tflops_per_gpu * container_factor(family, c.container))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

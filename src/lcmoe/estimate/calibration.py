@@ -8,7 +8,7 @@ distinct runs fit the two groups separately. The fit is a maximum a posteriori e
 Σ log(predicted/measured)² / σ_run² + Σ log(scale)² / σ_cluster², where σ_cluster is how far a
 (model, GPU) group's mean error strays from the shipped model and σ_run how far one run strays
 from its group's mean — both measured on the shared perf data (``benchmarks/calibration_gain.py
---prior``: 0.068 and 0.145 in log units). One run therefore moves the model about a fifth of
+--prior``: 0.065 and 0.122 in log units). One run therefore moves the model about a fifth of
 the way to it; many runs move it all the way. Scaled efficiencies are clipped to the measured
 ceilings (``COEFFICIENT_BOUNDS``, kernels-and-links.md §8), so a calibration can never claim
 more than the hardware delivers.
@@ -47,8 +47,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     ),
     "communication": ("ep_comm_efficiency", "ep_network_efficiency", "nvlink_efficiency", "scaleout_efficiency"),
 }
-CLUSTER_SIGMA = 0.068  # spread of per-(model, GPU) mean log error, shared perf data
-RUN_SIGMA = 0.145  # spread of one run's log error around its group's mean
+CLUSTER_SIGMA = 0.065  # spread of per-(model, GPU) mean log error, shared perf data
+RUN_SIGMA = 0.122  # spread of one run's log error around its group's mean
 LOG_SCALE_LIMIT = math.log(5.0)
 FORMAT = "lcmoe-calibration/1"
 

@@ -122,9 +122,11 @@ def shipped_time_coefficients(architecture: str) -> TimeCoefficients:
     families: dict[str, dict[str, Any]] = data.get("families") or {}
     values = families.get(architecture) or families.get("hopper") or {}
     known = {f.name for f in fields(TimeCoefficients)} - {"fit"}
-    return replace(
-        TimeCoefficients(), **{k: float(v) for k, v in values.items() if k in known}, fit=dict(data.get("fit") or {})
-    )
+    fit = dict(data.get("fit") or {})
+    # Software factors of older containers (benchmarks only; lcmoe predicts the reference one).
+    fit["containers"] = (data.get("containers") or {}).get(architecture, {})
+    fit["reference_container"] = (data.get("reference_containers") or {}).get(architecture)
+    return replace(TimeCoefficients(), **{k: float(v) for k, v in values.items() if k in known}, fit=fit)
 
 
 # ----- per-layer FLOPs (one token, forward + backward, Bridge's conventions) -----------------

@@ -32,12 +32,15 @@ def accuracy_figures(request: PlanRequest, calibration: str | None = None) -> di
     in_sample = shipped_coefficients().fit.get("in_sample")
     memory_fit: dict[str, Any] = in_sample if isinstance(in_sample, dict) else {}
     mape = time_fit.get("mape_all")
+    factors = time_fit.get("containers")
     return {
         "time_mape_pct": float(mape) if isinstance(mape, (int, float)) else 15.0,
         "time_source": "your calibration" if calibration else f"{time_fit.get('n', '?')} published Bridge runs",
         "memory_median_pct": float(memory_fit.get("median_abs_pct_err", 0.0)),
         "memory_p90_pct": float(memory_fit.get("p90_abs_pct_err", 0.0)),
         "calibration": calibration,
+        "reference_container": time_fit.get("reference_container"),
+        "slowest_container_factor": min(factors.values(), default=1.0) if isinstance(factors, dict) else 1.0,
     }
 
 

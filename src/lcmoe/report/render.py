@@ -117,6 +117,11 @@ def _assumptions(inputs: ReportInputs) -> list[str]:
         f"Target software: megatron-core {inputs_['megatron_core_version']}; Bridge field names of megatron-bridge "
         "0.6.2.",
     ]
+    if acc.get("reference_container") and not acc.get("calibration"):
+        lines.append(
+            f"Speeds are for the NeMo {acc['reference_container']} container; the same recipes ran up to "
+            f"{100 * (1 - acc['slowest_container_factor']):.0f}% slower on older containers (LC-CONTAINER)."
+        )
     if acc.get("calibration"):
         lines.append(f"Calibrated with {acc['calibration']}.")
     return lines
