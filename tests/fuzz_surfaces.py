@@ -305,39 +305,22 @@ def check_estimates(run: Any) -> None:
 def check_monotonicity(run: Any) -> None:
     """More CP → less activation memory per rank; full recompute → less memory, more time than
     none; more optimizer offload → less GPU memory, more host memory, no less time."""
+    from lcmoe.diagnose import remedies
     from lcmoe.estimate.memory import estimate_memory
     from lcmoe.estimate.time import estimate_time
     from lcmoe.rules.legality import violations
-    from lcmoe.run import build_layout
 
     def mem(r: Any) -> Any:
         return estimate_memory(r.model, r.hardware, r.layout, r.options)
 
     base = mem(run)
     lay = run.layout
-    if run.num_gpus % (lay.tp * lay.cp * 2 * lay.pp) == 0:
-        try:
-            more_cp = build_layout(
-                run.model,
-                run.num_gpus,
-                tp=lay.tp,
-                cp=lay.cp * 2,
-                ep=lay.ep,
-                etp=lay.etp,
-                pp=lay.pp,
-                vpp=lay.vpp,
-                mbs=lay.mbs,
-                gbs=lay.gbs,
-                cp_comm_type=lay.cp_comm_type,
-                pipeline_layout=lay.pipeline_layout,
-            )
-        except LcmoeError:
-            more_cp = None
-        if more_cp is not None and not violations(replace(run, layout=more_cp)):
-            wider = mem(replace(run, layout=more_cp))
-            for a, b in zip(base.stages, wider.stages, strict=True):
-                if b.activations > a.activations * (1 + 1e-9):
-                    raise InvariantBroken(f"CP {lay.cp}→{lay.cp * 2} raised stage {a.stage} activations")
+    more_cp = remedies.relayout(run, "cp").run  # CP doubled at the same GPU count and GBS
+    if more_cp is not None and not violations(more_cp):
+        wider = mem(more_cp)
+        for a, b in zip(base.stages, wider.stages, strict=True):
+            if b.activations > a.activations * (1 + 1e-9):
+                raise InvariantBroken(f"CP {lay.cp}→{lay.cp * 2} raised stage {a.stage} activations")
     none = replace(run, options=replace(run.options, recompute_granularity="none", recompute_modules=frozenset()))
     full = replace(run, options=replace(run.options, recompute_granularity="full", recompute_modules=frozenset()))
     if not violations(none) and not violations(full):

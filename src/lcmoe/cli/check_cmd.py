@@ -12,7 +12,7 @@ from typing import Any
 import typer
 
 from lcmoe.cli import run_options as ro
-from lcmoe.cli.common import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, print_json, resolve_hardware, stdout
+from lcmoe.cli.common import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, JSON, print_json, resolve_hardware, stdout
 from lcmoe.errors import LcmoeError
 
 MAX_INPUT_BYTES = 16 * 1024 * 1024
@@ -96,7 +96,7 @@ def check(
     hardware_file: Path = ro.HW_FILE,
     hw: list[str] = ro.HW_SET,
     calibration: Path = ro.CALIBRATION,
-    json_output: bool = typer.Option(False, "--json", help="print JSON"),
+    json_output: bool = JSON,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="one verdict line"),
 ) -> None:
     """Check an existing config: legality with fixes, the memory verdict, the time estimate and the LC-* rules."""

@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 from lcmoe.cli import run_options as ro
-from lcmoe.cli.common import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, print_json, resolve_hardware, stdout
+from lcmoe.cli.common import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, JSON, print_json, resolve_hardware, stdout
 from lcmoe.diagnose.logs import LogSummary
 from lcmoe.errors import LcmoeError
 from lcmoe.run import RunConfig
@@ -65,20 +65,11 @@ def resolve_log_run(
         )
         return run, f"config {config}{assumed}"
     if summary.arguments:
-        from lcmoe.config_io.megatron_args import layout_from_args, parse_megatron_dump, run_args_from_dump
+        from lcmoe.cli.common import resolve_model
+        from lcmoe.config_io.megatron_args import parse_megatron_dump
 
-        if model is not None:
-            from lcmoe.cli.common import resolve_model
-            from lcmoe.config_io.megatron_args import options_from_args
-
-            spec = resolve_model(model)
-            args, world, _ = run_args_from_dump(summary.arguments)
-            world = gpus or world
-            if not world:
-                raise LcmoeError("--gpus", None, "is needed (the dump has no world_size)", "e.g. --gpus 256")
-            layout = layout_from_args(args, world_size=world, num_layers=spec.num_layers)
-            return RunConfig(spec, hardware, layout, options_from_args(args)), f"the log's argument dump{assumed}"
-        parsed = parse_megatron_dump(summary.arguments, world_size=gpus)
+        spec = resolve_model(model) if model is not None else None
+        parsed = parse_megatron_dump(summary.arguments, world_size=gpus, model=spec)
         return RunConfig(parsed.model, hardware, parsed.layout, parsed.options), f"the log's argument dump{assumed}"
     return None, "none: pass --plan, or --config with --gpus (Bridge logs carry no argument dump)"
 
@@ -94,7 +85,7 @@ def diagnose(
     seq_len: str = SEQ,
     margin: float = typer.Option(0.05, "--margin", help="memory safety margin for the remedies"),
     calibration: Path = ro.CALIBRATION,
-    json_output: bool = typer.Option(False, "--json", help="print JSON"),
+    json_output: bool = JSON,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="one verdict line"),
 ) -> None:
     """Read a training log: OOM cause and remediation ladder, measured vs predicted speed, or a regression."""
@@ -287,7 +278,7 @@ def _render_diagnosis(result: dict[str, Any]) -> None:
 
 def preflight(
     plan: Path = PLAN,
-    json_output: bool = typer.Option(False, "--json", help="print JSON"),
+    json_output: bool = JSON,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="one line: the failing and warning checks"),
 ) -> None:
     """Check this node before spending an allocation: versions, GPUs, dispatcher packages, environment."""
@@ -324,7 +315,7 @@ def calibrate(
     gpu: str = GPU,
     gpus: int = GPUS,
     seq_len: str = SEQ,
-    json_output: bool = typer.Option(False, "--json", help="print JSON"),
+    json_output: bool = JSON,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the written path"),
 ) -> None:
     """Refit the time model's efficiencies from your measured runs; use with --calibration FILE."""

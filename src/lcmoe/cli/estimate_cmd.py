@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from lcmoe.cli import run_options as ro
-from lcmoe.cli.common import EXIT_FINDINGS, abort, print_json, stdout
+from lcmoe.cli.common import EXIT_FINDINGS, JSON, abort, print_json, stdout
 
 # Allocated components sum to "peak allocated"; adding the reserved-only ones gives "peak reserved".
 ALLOCATED_COMPONENTS = (
@@ -64,7 +64,7 @@ def estimate(
     scaleout_gbps: float = ro.SCALEOUT,
     gpus_per_node: int = ro.PER_NODE,
     calibration: Path = ro.CALIBRATION,
-    json_output: bool = typer.Option(False, "--json", help="print JSON"),
+    json_output: bool = JSON,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="verdict line only"),
 ) -> None:
     """Predict per-GPU memory (every pipeline stage, by component) and the step time of one layout."""

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from lcmoe.cli import run_options as ro
-from lcmoe.cli.common import EXIT_FINDINGS, print_json, resolve_hardware, resolve_model, stderr, stdout
+from lcmoe.cli.common import EXIT_FINDINGS, JSON, print_json, resolve_hardware, resolve_model, stderr, stdout
 from lcmoe.plan.format import PLAN_COLUMNS, labelled_rows, layout_text, recompute_text
 from lcmoe.plan.payload import plan_payload
 
@@ -134,7 +134,7 @@ def plan(
     scaleout_gbps: float = ro.SCALEOUT,
     gpus_per_node: int = ro.PER_NODE,
     calibration: Path = ro.CALIBRATION,
-    json_output: bool = typer.Option(False, "--json", help="print JSON"),
+    json_output: bool = JSON,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="best plan line only"),
 ) -> None:
     """Search every legal layout for MODEL on GPUS × GPU at SEQ_LEN; rank by predicted tokens/s/GPU."""
@@ -157,11 +157,7 @@ def plan(
         gpus_per_node,
         calibration,
     )
-    result = _progress_search(request, quiet or json_output)
-    if not result.plans:
-        from lcmoe.plan.search import min_gpus_that_fit
-
-        result.min_gpus_needed = min_gpus_that_fit(request)
+    result = _search_or_min_gpus(request, quiet or json_output)
     payload = plan_payload(request, result)
     if emit is not None and result.plans:
         from lcmoe.emit.launchers import DEFAULT_CONTAINER, LaunchSettings
@@ -189,6 +185,16 @@ def plan(
         render_plans(payload)
     if not result.plans:
         raise typer.Exit(EXIT_FINDINGS)
+
+
+def _search_or_min_gpus(request: Any, quiet: bool) -> Any:
+    """The search; when nothing fits, also the smallest GPU count that would (LC-GPU-FEASIBLE)."""
+    from lcmoe.plan.search import min_gpus_that_fit
+
+    result = _progress_search(request, quiet)
+    if not result.plans:
+        result.min_gpus_needed = min_gpus_that_fit(request)
+    return result
 
 
 def _write_report(request: Any, result: Any, out: Path, sweep_text: str, calibration: Path | None) -> list[Path]:
@@ -243,11 +249,7 @@ def report(
         gpus_per_node,
         calibration,
     )
-    result = _progress_search(request, quiet or json_output)
-    if not result.plans:
-        from lcmoe.plan.search import min_gpus_that_fit
-
-        result.min_gpus_needed = min_gpus_that_fit(request)
+    result = _search_or_min_gpus(request, quiet or json_output)
     written = _write_report(request, result, out, sweep_lengths, calibration)
     if json_output:
         print_json(plan_payload(request, result))
@@ -326,7 +328,7 @@ def sweep(
     scaleout_gbps: float = ro.SCALEOUT,
     gpus_per_node: int = ro.PER_NODE,
     calibration: Path = ro.CALIBRATION,
-    json_output: bool = typer.Option(False, "--json", help="print JSON"),
+    json_output: bool = JSON,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="one line per sequence length"),
 ) -> None:
     """The best plan per sequence length (the shape of the guidance's CP-scaling table)."""

@@ -328,12 +328,15 @@ def run_args_from_dump(dump: dict[str, str]) -> tuple[dict[str, Any], int | None
     return args, world, vocab
 
 
-def parse_megatron_dump(dump: dict[str, str], *, world_size: int | None = None) -> ParsedRun:
-    """The whole run an argument dump describes; ``world_size`` overrides the dump's own."""
+def parse_megatron_dump(
+    dump: dict[str, str], *, world_size: int | None = None, model: ModelSpec | None = None
+) -> ParsedRun:
+    """The whole run an argument dump describes; ``world_size`` overrides the dump's own, and a
+    given ``model`` (a catalog spec) replaces the architecture the dump spells out."""
     args, dumped_world, vocab = run_args_from_dump(dump)
     world = world_size or dumped_world
     if not world:
         raise LcmoeError("world_size", None, "is not in the argument dump", "pass --gpus")
-    model = model_from_args(args, vocab_size=vocab, name="from-log")
+    model = model or model_from_args(args, vocab_size=vocab, name="from-log")
     layout = layout_from_args(args, world_size=world, num_layers=model.num_layers)
     return ParsedRun(model, layout, options_from_args(args), args)

@@ -130,25 +130,9 @@ def diagnose_oom(
             "batch or sequence than the config says, another process on the GPU, or a checkpoint/evaluation step"
         )
     baseline = estimate_time(run, coefficients).tokens_per_sec_per_gpu
-    ladder = _ladder(run)
-
-    def fits(candidate: RunConfig) -> bool:
-        return estimate_memory(candidate.model, candidate.hardware, candidate.layout, candidate.options).fits(margin)
-
-    offload = remedies.cheapest_offload(run, fits)
-    if offload is None:
-        for granularity, modules in recompute_ladder(run.model)[1:-1]:
-            base = remedies.recompute(run, granularity, modules).run
-            combined = remedies.cheapest_offload(base, fits) if base is not None else None
-            if combined is not None:
-                offload = replace(combined, label=f"{combined.label} + selective recompute {','.join(sorted(modules))}")
-                break
-    ladder.insert(
-        next(i for i, r in enumerate(ladder) if r.kind == "layout"), offload or remedies.optimizer_offload(run, 1.0)
-    )
     outcomes = [
         o
-        for r in ladder
+        for r in _ladder(run, margin)
         if (
             o := remedies.evaluate(
                 r, baseline, margin=margin, coefficients=coefficients, megatron_core_version=megatron_core_version
@@ -173,9 +157,28 @@ def diagnose_oom(
     )
 
 
-def _ladder(run: RunConfig) -> list[remedies.Remedy]:
+def _ladder(run: RunConfig, margin: float) -> list[remedies.Remedy]:
     rungs = [remedies.expandable_segments(run)]
     rungs += [remedies.recompute(run, g, m) for g, m in recompute_ladder(run.model)[1:]]
     rungs.append(remedies.low_precision(run))
+    rungs.append(_offload_rung(run, margin))
     rungs += [remedies.relayout(run, axis) for axis in ("cp", "pp", "ep", "tp")]
     return rungs
+
+
+def _offload_rung(run: RunConfig, margin: float) -> remedies.Remedy:
+    """The smallest optimizer offload that fits alone, else with the narrowest selective set that
+    then fits, else full offload (shown as not fitting)."""
+
+    def fits(candidate: RunConfig) -> bool:
+        return estimate_memory(candidate.model, candidate.hardware, candidate.layout, candidate.options).fits(margin)
+
+    offload = remedies.cheapest_offload(run, fits)
+    if offload is not None:
+        return offload
+    for granularity, modules in recompute_ladder(run.model)[1:-1]:
+        base = remedies.recompute(run, granularity, modules).run
+        combined = remedies.cheapest_offload(base, fits) if base is not None else None
+        if combined is not None:
+            return replace(combined, label=f"{combined.label} + selective recompute {','.join(sorted(modules))}")
+    return remedies.optimizer_offload(run, 1.0)

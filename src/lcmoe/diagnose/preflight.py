@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from lcmoe.emit.environment import environment
-from lcmoe.rules.legality import violations
+from lcmoe.rules.legality import version_tuple, violations
 from lcmoe.run import RunConfig
 
 PROBE_TIMEOUT_S = 60
@@ -69,10 +69,6 @@ class Check:
 
 def worst_exit_code(results: list[Check]) -> int:
     return max((STATUS_CODE[c.status] for c in results), default=0)
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
 
 
 def _gpu_matches(hardware_name: str, gpu_name: str) -> bool:
@@ -144,7 +140,7 @@ def checks(facts: NodeFacts, run: RunConfig | None = None, *, target_megatron_co
     target = target_megatron_core
     if mcore is None:
         out.append(Check("megatron-core", "fail", "megatron-core is not installed", "pip install megatron-core"))
-    elif target and _version_tuple(mcore) < _version_tuple(target):
+    elif target and version_tuple(mcore) < version_tuple(target):
         out.append(
             Check(
                 "megatron-core",
@@ -207,35 +203,39 @@ def _gpu_check(facts: NodeFacts, run: RunConfig | None) -> Check:
     return Check("gpus", "pass", detail)
 
 
+# dispatcher → (its NodeFacts flag, name, the class Megatron imports (fused_a2a.py:9 / :269),
+# why when absent, fix)
+_DISPATCHER_PACKAGES = {
+    "deepep": (
+        "deep_ep_buffer",
+        "DeepEP",
+        "deep_ep.Buffer",
+        "deep_ep not installed",
+        "install DeepEP in the container, or re-plan with --dispatchers alltoall",
+    ),
+    "hybridep": (
+        "hybrid_ep_buffer",
+        "HybridEP",
+        "deep_ep.HybridEPBuffer",
+        "deep_ep without HybridEP",
+        "install DeepEP's hybrid-ep build, or re-plan with --dispatchers alltoall",
+    ),
+}
+
+
 def _plan_checks(facts: NodeFacts, run: RunConfig, mcore: str | None) -> list[Check]:
     out: list[Check] = []
     dispatcher = run.options.dispatcher if run.model.is_moe else "none"
-    if dispatcher == "deepep":
-        out.append(
-            Check("dispatcher", "pass", "deep_ep.Buffer imports")
-            if facts.deep_ep_buffer
-            else Check(
-                "dispatcher",
-                "fail",
-                f"the plan uses DeepEP but deep_ep.Buffer does not import "
-                f"({facts.deep_ep_error or 'deep_ep not installed'})",
-                "install DeepEP in the container, or re-plan with --dispatchers alltoall",
-            )
-        )
-    elif dispatcher == "hybridep":
-        out.append(
-            Check("dispatcher", "pass", "deep_ep.HybridEPBuffer imports")
-            if facts.hybrid_ep_buffer
-            else Check(
-                "dispatcher",
-                "fail",
-                f"the plan uses HybridEP but deep_ep.HybridEPBuffer does not import "
-                f"({facts.deep_ep_error or 'deep_ep without HybridEP'})",
-                "install DeepEP's hybrid-ep build, or re-plan with --dispatchers alltoall",
-            )
-        )
-    else:
+    package = _DISPATCHER_PACKAGES.get(dispatcher)
+    if package is None:
         out.append(Check("dispatcher", "pass", f"{dispatcher}: built into megatron-core"))
+    else:
+        flag, label, symbol, missing, fix = package
+        if getattr(facts, flag):
+            out.append(Check("dispatcher", "pass", f"{symbol} imports"))
+        else:
+            why = facts.deep_ep_error or missing
+            out.append(Check("dispatcher", "fail", f"the plan uses {label} but {symbol} does not import ({why})", fix))
     for name, (value, reason) in environment(run).items():
         have = facts.env.get(name)
         if have == value:

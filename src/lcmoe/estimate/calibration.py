@@ -30,6 +30,7 @@ from lcmoe.estimate.time import (
     COEFFICIENT_BOUNDS,
     RunAmounts,
     TimeCoefficients,
+    coefficients_from_values,
     combine,
     shipped_time_coefficients,
     time_amounts,
@@ -98,12 +99,8 @@ def _residuals(amounts: Sequence[RunAmounts], measured: Sequence[float], c: Time
     return [math.log(combine(a, c).step_seconds / m) for a, m in zip(amounts, measured, strict=True)]
 
 
-def _mape(amounts: Sequence[RunAmounts], measured: Sequence[float], c: TimeCoefficients) -> float:
-    return (
-        100
-        * sum(abs(combine(a, c).step_seconds / m - 1) for a, m in zip(amounts, measured, strict=True))
-        / len(measured)
-    )
+def _mape(predicted: Sequence[float], measured: Sequence[float]) -> float:
+    return 100 * sum(abs(p / m - 1) for p, m in zip(predicted, measured, strict=True)) / len(measured)
 
 
 def _golden(f: Any, low: float, high: float, iterations: int = 40) -> float:
@@ -158,10 +155,10 @@ def calibrate(measured: Sequence[MeasuredRun], base: TimeCoefficients | None = N
 
             log_scales[name] = _golden(along, -LOG_SCALE_LIMIT, LOG_SCALE_LIMIT)
     scales = expand(log_scales)
-    fitted = replace(scaled(base, scales), fit={"mape_all": None, "calibrated_from": len(measured)})
+    fitted = scaled(base, scales)
     after = [combine(a, fitted).step_seconds for a in amounts]
     before = [combine(a, base).step_seconds for a in amounts]
-    mape_after = _mape(amounts, steps, fitted)
+    mape_after = _mape(after, steps)
     fitted = replace(fitted, fit={"mape_all": mape_after, "calibrated_from": len(measured)})
     runs = [
         {
@@ -181,7 +178,7 @@ def calibrate(measured: Sequence[MeasuredRun], base: TimeCoefficients | None = N
         scales=scales,
         coefficients=fitted,
         runs=runs,
-        mape_before=_mape(amounts, steps, base),
+        mape_before=_mape(before, steps),
         mape_after=mape_after,
     )
 
@@ -193,20 +190,15 @@ def load_calibration(path: str | Path) -> Calibration:
     data = read_yaml_file(path)
     if data.get("format") != FORMAT:
         raise LcmoeError("--calibration", str(path), f"is not an lcmoe calibration ({FORMAT})", "run lcmoe calibrate")
-    known = {f.name for f in fields(TimeCoefficients)} - {"fit"}
-    values = data.get("coefficients") or {}
     try:
-        coefficients = replace(
-            TimeCoefficients(),
-            **{k: float(v) for k, v in values.items() if k in known},
-            fit=dict(data.get("fit") or {}),
-        )
-        fit = data.get("fit") or {}
+        fit = dict(data.get("fit") or {})
         return Calibration(
             architecture=str(data["architecture"]),
             hardware=str(data.get("hardware", "")),
             scales={str(k): float(v) for k, v in (data.get("scales") or {}).items()},
-            coefficients=replace(coefficients, fit={"mape_all": fit.get("mape_after"), **fit}),
+            coefficients=coefficients_from_values(
+                dict(data.get("coefficients") or {}), {"mape_all": fit.get("mape_after"), **fit}
+            ),
             runs=list(data.get("runs") or []),
             mape_before=float(fit.get("mape_before", 0.0)),
             mape_after=float(fit.get("mape_after", 0.0)),

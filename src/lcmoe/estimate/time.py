@@ -116,17 +116,23 @@ def _shipped() -> dict[str, Any]:
         return {}
 
 
+def coefficients_from_values(values: dict[str, Any], fit: dict[str, object]) -> TimeCoefficients:
+    """TimeCoefficients from a {name: number} mapping (the shipped YAML or a user calibration);
+    names that are not coefficients are ignored, absent ones keep their defaults."""
+    known = {f.name for f in fields(TimeCoefficients)} - {"fit"}
+    return replace(TimeCoefficients(), **{k: float(v) for k, v in values.items() if k in known}, fit=fit)
+
+
 def shipped_time_coefficients(architecture: str) -> TimeCoefficients:
     """The coefficients shipped for a hardware family (hopper, blackwell; ampere uses hopper's)."""
     data = _shipped()
     families: dict[str, dict[str, Any]] = data.get("families") or {}
     values = families.get(architecture) or families.get("hopper") or {}
-    known = {f.name for f in fields(TimeCoefficients)} - {"fit"}
     fit = dict(data.get("fit") or {})
     # Software factors of older containers (benchmarks only; lcmoe predicts the reference one).
     fit["containers"] = (data.get("containers") or {}).get(architecture, {})
     fit["reference_container"] = (data.get("reference_containers") or {}).get(architecture)
-    return replace(TimeCoefficients(), **{k: float(v) for k, v in values.items() if k in known}, fit=fit)
+    return coefficients_from_values(values, fit)
 
 
 # ----- per-layer FLOPs (one token, forward + backward, Bridge's conventions) -----------------
