@@ -6,7 +6,7 @@ first logged step on the **last rank** (last pipeline stage), megatron_golden.md
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from benchmarks.published import as_int
 from lcmoe.catalog import load_hardware
@@ -16,6 +16,13 @@ from lcmoe.estimate.memory import MemoryCoefficients, estimate_memory
 from lcmoe.specs.hardware import HardwareSpec
 
 TARGET = "mem_max_allocated_bytes_first"
+
+# Containers whose image has no flash-attn >= 2.4.1, so TE's deterministic Ampere path falls back
+# to unfused attention (lcmoe.estimate.memory.attention_kernel). Evidence in megatron_golden.csv:
+# every A100 `lts` row with --deterministic-mode, CP 1 and the default attention backend measures
+# the unfused softmax on top of its `dev` twin (+0.8–0.9 GiB at h 512, s 1024, 12 layers), while
+# the same configs with CP > 1 (always flash/fused) or full recompute agree between containers.
+CONTAINERS_WITHOUT_FLASH_ATTN = frozenset({"lts"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +52,8 @@ def build_case(row: dict[str, str]) -> GoldenCase | str:
         run = parse_megatron_args(row["args_raw"], world_size=as_int(row["world_size"]), vocab_size=vocab)
     except LcmoeError as exc:
         return str(exc)
+    if row.get("environment") in CONTAINERS_WITHOUT_FLASH_ATTN:
+        run = replace(run, options=replace(run.options, flash_attn_installed=False))
     return GoldenCase(row_label(row), run, float(measured), row)
 
 

@@ -11,6 +11,8 @@ from lcmoe.catalog import load_model
 from lcmoe.estimate.memory import (
     StageParams,
     TokenShape,
+    attention_kernel,
+    core_attention_bytes,
     estimate_memory,
     logits_loss_bytes,
     model_state_bytes,
@@ -45,6 +47,31 @@ def test_logits_by_hand() -> None:
     shape = TokenShape(tokens=4096, tp=1, sp=1, etp=1, ep=1, stored_gemm_input=2, seq_len=1024, mbs=4, cp=1)
     expected = 2 * 2 * 4096 * 4096 + 6 * 4096 * 50304
     assert logits_loss_bytes(model, shape, TrainingOptions(seq_len=1024), heads=1) == expected
+
+
+def test_attention_kernel_follows_te_determinism_rule() -> None:
+    """TE drops cuDNN fused attention for deterministic training below sm90; without flash-attn
+    the unfused kernel runs and stores the b·n/tp·s² softmax (2 B per score)."""
+    strict = TrainingOptions(seq_len=1024, deterministic=True, flash_attn_installed=False)
+    assert attention_kernel(strict, "ampere") == "unfused"
+    assert attention_kernel(strict, "hopper") == "flash"
+    assert attention_kernel(TrainingOptions(seq_len=1024, deterministic=True), "ampere") == "flash"
+    assert attention_kernel(TrainingOptions(seq_len=1024, attention_backend="fused"), "ampere") == "fused"
+    model = load_model("llama3-8b")
+    shape = TokenShape(tokens=4096, tp=2, sp=2, etp=1, ep=1, stored_gemm_input=2, seq_len=1024, mbs=4, cp=1)
+    unfused = TrainingOptions(seq_len=1024, attention_backend="unfused", attention_dropout=0.0)
+    flash = TrainingOptions(seq_len=1024, attention_dropout=0.0)
+    heads = model.num_attention_heads // 2
+    extra = core_attention_bytes(model, shape, unfused, 128, 128) - core_attention_bytes(model, shape, flash, 128, 128)
+    assert extra == 2 * 4 * heads * 1024 * 1024
+
+
+def test_deterministic_ampere_run_without_flash_attn_stores_scores() -> None:
+    run = with_options(make_run("llama3-8b", "a100", seq_len=4096, cp=1, ep=1, pp=1, vpp=1, gpus=8), deterministic=True)
+    with_flash = estimate_memory(run.model, run.hardware, run.layout, run.options).peak_allocated_bytes
+    no_flash = with_options(run, flash_attn_installed=False)
+    without = estimate_memory(no_flash.model, no_flash.hardware, no_flash.layout, no_flash.options)
+    assert without.peak_allocated_bytes > with_flash
 
 
 def _peak_activation(run) -> float:  # type: ignore[no-untyped-def]
@@ -124,9 +151,9 @@ def test_golden_accuracy_thresholds(reference: Path) -> None:
     errors = [abs(float(r["err_pct"])) for r in rows]  # type: ignore[arg-type]
     assert len(rows) >= 140
     assert statistics.median(errors) <= 5.0
-    # p90 is 14.8% overall (12.6% on current-container rows): the issue's 10% is not met yet;
-    # this guards against regressions until it is.
-    assert percentile(errors, 0.9) <= 16.0
+    # p90 is 11.0% (the `lts` rows' deterministic-Ampere unfused attention is modelled now): the
+    # issue's 10% is not met yet; this guards against regressions until it is.
+    assert percentile(errors, 0.9) <= 12.0
 
 
 def test_most_published_runs_predicted_to_fit(reference: Path) -> None:

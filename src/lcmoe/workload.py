@@ -55,6 +55,11 @@ class TrainingOptions:
     recompute_num_layers: int = 1
     activation_offload_modules: frozenset[str] = field(default_factory=frozenset)
     attention_backend: Literal["auto", "flash", "fused", "unfused"] = "auto"
+    # Deterministic algorithms (Megatron ``--deterministic-mode`` / NVTE_ALLOW_NONDETERMINISTIC_ALGO=0)
+    # narrow the kernels TE may pick; whether flash-attn (>= 2.4.1) is installed is a property of
+    # the container. Together they decide what ``auto`` runs (memory.attention_kernel).
+    deterministic: bool = False
+    flash_attn_installed: bool = True
     hidden_dropout: float = 0.0
     attention_dropout: float = 0.0
     cross_entropy_fusion: bool = False

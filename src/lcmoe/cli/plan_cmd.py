@@ -160,8 +160,9 @@ def plan(
     result = _search_or_min_gpus(request, quiet or json_output)
     payload = plan_payload(request, result)
     if emit is not None and result.plans:
+        from lcmoe.config_io.bridge import RECIPES
         from lcmoe.emit.launchers import DEFAULT_CONTAINER, LaunchSettings
-        from lcmoe.emit.writer import RECIPES, write_plan_directory
+        from lcmoe.emit.writer import write_plan_directory
 
         best = result.plans[0].run
         settings = LaunchSettings(

@@ -1,8 +1,10 @@
 """Megatron Bridge configuration spellings (megatron-bridge-facts.md §1.2–1.4).
 
 Bridge quirks this module encodes: precision goes through ``mixed_precision`` (a registered
-recipe name), EP overlap through ``comm_overlap.*`` (``model.overlap_moe_expert_parallel_comm``
-is rewritten at start-up), dispatcher type and flex backend are set together, an explicit
+recipe name), EP overlap through ``comm_overlap.*`` where the recipe has a ``CommOverlapConfig``
+(its ``setup`` rewrites ``model.overlap_moe_expert_parallel_comm`` at start-up) and through the
+model field where it has none (``comm_overlap`` is None: a ``comm_overlap.*`` override is refused
+by Hydra), dispatcher type and flex backend are set together, an explicit
 ``model.pipeline_model_parallel_layout`` is written whenever layers do not split evenly, and
 ``model.seq_length`` must equal ``dataset.seq_length``.
 """
@@ -18,6 +20,34 @@ from lcmoe.specs.hardware import HardwareSpec
 from lcmoe.specs.model import ModelSpec
 from lcmoe.units import real_number, whole_number
 from lcmoe.workload import TrainingOptions
+
+# The Bridge recipe (``megatron.bridge.recipes``) each catalog model is launched from.
+RECIPES = {
+    "deepseek-v3": "deepseek_v3_pretrain_config",
+    "kimi-k2": "kimi_k2_pretrain_config",
+    "qwen3-235b-a22b": "qwen3_235b_a22b_pretrain_config",
+    "qwen3-30b-a3b": "qwen3_30b_a3b_pretrain_config",
+    "qwen3-next-80b-a3b": "qwen3_next_80b_a3b_pretrain_config",
+    "gpt-oss-120b": "gpt_oss_120b_pretrain_config",
+    "gpt-oss-20b": "gpt_oss_20b_pretrain_config",
+    "llama3-70b": "llama3_70b_pretrain_config",
+    "llama3.1-405b": "llama31_405b_pretrain_config",
+    "llama3-8b": "llama3_8b_pretrain_config",
+}
+# Recipes whose ConfigContainer has ``comm_overlap=None`` in megatron-bridge 0.6.2 (built and
+# checked by tests/test_bridge_runtime.py); the others carry a CommOverlapConfig.
+RECIPES_WITHOUT_COMM_OVERLAP = frozenset({"qwen3_235b_a22b_pretrain_config", "qwen3_next_80b_a3b_pretrain_config"})
+
+
+def ep_overlap_key(model: ModelSpec) -> str:
+    """Where EP overlap is set for this model's recipe: ``comm_overlap.*`` overwrites the model
+    field at start-up when the recipe has a CommOverlapConfig (comm_overlap.py:438, 604-619);
+    without one, runtime_config_update never calls it (config.py:1883) and the model field
+    (MCore TransformerConfig.overlap_moe_expert_parallel_comm) is what runs."""
+    if RECIPES.get(model.name) in RECIPES_WITHOUT_COMM_OVERLAP:
+        return "model.overlap_moe_expert_parallel_comm"
+    return "comm_overlap.overlap_moe_expert_parallel_comm"
+
 
 MIXED_PRECISION = {
     "bf16": "bf16_mixed",
@@ -53,25 +83,37 @@ def overrides_from_run(run: RunConfig) -> dict[str, Any]:
     if lay.cp > 1:
         out["model.cp_comm_type"] = lay.cp_comm_type
     if lay.pipeline_layout:
-        # An explicit layout replaces VPP: Bridge infers VPP from the stage count.
+        # VPP stays explicit next to the layout (MCore checks it equals the layout's stage count /
+        # PP, transformer_config.py:1973): Bridge's EP-overlap setup asserts VPP is set when
+        # PP > 1 before the layout is parsed (comm_overlap.py:495).
         out["model.pipeline_model_parallel_layout"] = lay.pipeline_layout
-        out["model.virtual_pipeline_model_parallel_size"] = None
-    if opt.recompute_granularity == "selective":
-        out["model.recompute_granularity"] = "selective"
-        out["model.recompute_modules"] = sorted(opt.recompute_modules)
-    elif opt.recompute_granularity == "full":
+        # A layout "cannot be set with other pipeline layout arguments" (MCore
+        # transformer_config.py): clear what a recipe may carry (Qwen3-235B sets both account_for_*).
+        out["model.account_for_embedding_in_pipeline_split"] = False
+        out["model.account_for_loss_in_pipeline_split"] = False
+        out["model.num_layers_in_first_pipeline_stage"] = None
+        out["model.num_layers_in_last_pipeline_stage"] = None
+    # Every recompute field is written, so nothing a recipe set survives: Bridge's EP-overlap
+    # setup refuses a leftover "moe" module, method or layer count even when granularity is None
+    # (comm_overlap.py:498-511; the Qwen3-Next recipe sets [layernorm, moe, moe_act]).
+    if opt.recompute_granularity == "full":
         out["model.recompute_granularity"] = "full"
         out["model.recompute_method"] = opt.recompute_method
         out["model.recompute_num_layers"] = opt.recompute_num_layers
+        out["model.recompute_modules"] = []
     else:
-        out["model.recompute_granularity"] = None
+        selective = opt.recompute_granularity == "selective"
+        out["model.recompute_granularity"] = "selective" if selective else None
+        out["model.recompute_modules"] = sorted(opt.recompute_modules) if selective else []
+        out["model.recompute_method"] = None
+        out["model.recompute_num_layers"] = None
     if run.model.is_moe:
         if opt.dispatcher in ("deepep", "hybridep"):
             out["model.moe_token_dispatcher_type"] = "flex"
             out["model.moe_flex_dispatcher_backend"] = opt.dispatcher
         else:
             out["model.moe_token_dispatcher_type"] = opt.dispatcher
-        out["comm_overlap.overlap_moe_expert_parallel_comm"] = opt.overlap_moe_expert_parallel_comm
+        out[ep_overlap_key(run.model)] = opt.overlap_moe_expert_parallel_comm
         if opt.overlap_moe_expert_parallel_comm:
             out["model.moe_shared_expert_overlap"] = False
     if opt.cuda_graph_scope:
@@ -206,7 +248,10 @@ def run_from_overrides(
         recompute_num_layers=_int(values, "model.recompute_num_layers", 1),
         dispatcher=dispatcher if dispatcher in ("alltoall", "allgather", "deepep", "hybridep") else "alltoall",
         cuda_graph_scope=scopes,
-        overlap_moe_expert_parallel_comm=bool(_get(values, "comm_overlap.overlap_moe_expert_parallel_comm", False)),
+        overlap_moe_expert_parallel_comm=bool(
+            _get(values, "comm_overlap.overlap_moe_expert_parallel_comm", False)
+            or _get(values, "model.overlap_moe_expert_parallel_comm", False)
+        ),
         distributed_optimizer=bool(_get(values, "ddp.use_distributed_optimizer", True)),
         main_grads_dtype="bf16" if aware and _get(values, "optimizer.main_grads_dtype", "bf16") == "bf16" else "fp32",
         exp_avg_dtype="bf16" if aware and _get(values, "optimizer.exp_avg_dtype", "bf16") == "bf16" else "fp32",

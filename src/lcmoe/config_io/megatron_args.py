@@ -262,6 +262,7 @@ def options_from_args(args: dict[str, Any]) -> TrainingOptions:
         if args.get("fine-grained-activation-offloading")
         else frozenset(),
         attention_backend=backend if backend in ("flash", "fused", "unfused") else "auto",  # type: ignore[arg-type]
+        deterministic=bool(args.get("deterministic-mode")),
         hidden_dropout=_float(args, "hidden-dropout", 0.1),
         attention_dropout=_float(args, "attention-dropout", 0.1),
         cross_entropy_fusion=bool(args.get("cross-entropy-loss-fusion")),

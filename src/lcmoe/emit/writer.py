@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from lcmoe.config_io.bridge import RECIPES
 from lcmoe.emit.bridge import overrides_text, python_snippet, yaml_config
 from lcmoe.emit.launchers import LaunchSettings, nemo_run_script, slurm_script
 from lcmoe.emit.megatron_lm import megatron_lm_args
@@ -18,18 +19,6 @@ from lcmoe.errors import LcmoeError
 from lcmoe.run import RunConfig
 
 COST_GATE_GPUS = 64
-RECIPES = {
-    "deepseek-v3": "deepseek_v3_pretrain_config",
-    "kimi-k2": "kimi_k2_pretrain_config",
-    "qwen3-235b-a22b": "qwen3_235b_a22b_pretrain_config",
-    "qwen3-30b-a3b": "qwen3_30b_a3b_pretrain_config",
-    "qwen3-next-80b-a3b": "qwen3_next_80b_a3b_pretrain_config",
-    "gpt-oss-120b": "gpt_oss_120b_pretrain_config",
-    "gpt-oss-20b": "gpt_oss_20b_pretrain_config",
-    "llama3-70b": "llama3_70b_pretrain_config",
-    "llama3.1-405b": "llama31_405b_pretrain_config",
-    "llama3-8b": "llama3_8b_pretrain_config",
-}
 
 
 def _umask() -> int:

@@ -24,7 +24,7 @@ stored tensors); Megatron-Core ``transformer_layer.py``, ``moe/token_dispatcher.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 
 import yaml
@@ -243,7 +243,7 @@ def core_attention_bytes(
         return 0.0
     n_local = model.num_attention_heads / shape.tp
     stored = BF16 * shape.tokens * v_dim / shape.tp + FP32 * shape.tokens * n_local
-    if options.attention_backend == "unfused":
+    if options.attention_backend == "unfused":  # estimate_memory resolved "auto" already
         per_score = BF16 + (3 if options.attention_dropout > 0 else 0)
         stored += per_score * shape.mbs * n_local * (shape.seq_len / shape.cp) * shape.seq_len / shape.cp
     del q_dim
@@ -737,6 +737,23 @@ def dispatcher_buffer_bytes(model: ModelSpec, layout: ParallelLayout, options: T
     return gib * (2.0 if layout.ep * layout.etp > 8 and options.dispatcher == "deepep" else 1.0)
 
 
+def attention_kernel(options: TrainingOptions, architecture: str) -> str:
+    """The attention backend TE runs for ``options.attention_backend`` on this GPU generation.
+
+    TE's ``get_attention_backend`` (transformer_engine/pytorch/attention/dot_product_attention/
+    utils.py, "Disabling FusedAttention for determinism reasons"): in deterministic training the
+    cuDNN F16 arbitrary-seqlen kernel is disabled below compute capability 9.0, and FlashAttention
+    needs flash-attn >= 2.4.1. On an Ampere GPU with neither, ``auto`` falls back to
+    UnfusedDotProductAttention, which stores the b·n/tp·s² softmax (core_attention_bytes).
+    """
+    backend = options.attention_backend
+    if backend != "auto":
+        return backend
+    if options.deterministic and architecture == "ampere" and not options.flash_attn_installed:
+        return "unfused"
+    return "flash"
+
+
 def estimate_memory(
     model: ModelSpec,
     hardware: HardwareSpec | None,
@@ -751,6 +768,9 @@ def estimate_memory(
     ``stages`` may be passed when the caller already has them (the planner does)."""
     coeffs = coefficients or shipped_coefficients()
     architecture = hardware.architecture if hardware else "hopper"
+    kernel = attention_kernel(options, architecture)
+    if kernel != options.attention_backend:
+        options = replace(options, attention_backend=kernel)  # type: ignore[arg-type]
     stage_list = stages if stages is not None else pipeline_stages(model, layout)
     stages_memory = tuple(
         stage_memory(model, layout, options, stage, coeffs, first_step=first_step, architecture=architecture)

@@ -1,0 +1,193 @@
+"""Run Megatron Bridge's own ``runtime_config_update`` on lcmoe's emitted configs, on a CPU.
+
+This file runs under a *separate* interpreter that has megatron-bridge 0.6.2 and megatron-core
+0.19.2 installed (``.ci/run`` builds it; ``LCMOE_BRIDGE_PYTHON`` points at it). It imports
+neither lcmoe nor pytest: tests/test_bridge_runtime.py sends it JSON cases on stdin and reads
+one JSON result per case from stdout.
+
+For each case it does what ``scripts/training/run_recipe.py`` does on a cluster node:
+build the named recipe's ``ConfigContainer``, apply the emitted ``KEY=VALUE`` overrides (or
+merge the emitted YAML) with Bridge's own Hydra/OmegaConf machinery
+(``training/utils/omegaconf_utils.py: process_config_with_overrides``), then run
+``training/config.py: runtime_config_update`` with ``WORLD_SIZE`` set to the plan's GPU count.
+That is Bridge's full start-up validation: mixed-precision setup, data-parallel size,
+comm-overlap setup and ``cfg.validate()`` → ``model.finalize()`` (MCore ``__post_init__``).
+
+What a CPU box lacks, and what is done about it (shared/reference/dependencies.md §2.2–2.5):
+* Transformer Engine: ``peft/lora_layers.py`` imports it unconditionally → stub module (LoRA
+  is not used); MCore's ``transformer_config.py`` gates checks on ``is_te_min_version`` →
+  answered as the TE ``TE_VERSION`` of a current NeMo container, so the TE-gated checks behave
+  as on the cluster instead of refusing everything.
+* triton: ``moe/ops/paged_stash.py`` imports it at module level for two GPU kernels → that one
+  module is stubbed (the kernels raise if called; validation never calls them).
+* GPU-only features are switched to their CPU stand-ins *after* the overrides, each recorded
+  in the result: fused RoPE and fused permutation (need TE), the flex dispatcher (queries the GPU), the
+  precision-aware optimizer (needs TE's FusedAdam; FP32 dtypes instead). None of them changes
+  a parallel size, batch size or layout.
+* Recipes fetch ``config.json`` from the Hugging Face Hub: ``AutoBridge.from_hf_pretrained``
+  is redirected to local directories (tests/data/hf), so nothing touches the network.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import os
+import sys
+import traceback
+import types
+from typing import Any
+
+TE_VERSION = "2.20.2"
+
+
+def _install_cpu_stubs() -> None:
+    import torch
+    import torch.nn as nn
+
+    del torch
+    paged = types.ModuleType("megatron.core.transformer.moe.ops.paged_stash")
+    paged.GLOBAL_BLOCK_SIZE = 1024  # type: ignore[attr-defined]
+
+    def _kernel(*_: Any, **__: Any) -> None:
+        raise RuntimeError("paged-stash kernels need triton and a GPU")
+
+    paged.paged_stash_copy_kernel = paged.paged_stash_pop_kernel = _kernel  # type: ignore[attr-defined]
+    sys.modules[paged.__name__] = paged
+
+    lora = types.ModuleType("megatron.bridge.peft.lora_layers")
+
+    class _NeedsTE(nn.Module):
+        def __init__(self, *_: Any, **__: Any) -> None:
+            raise RuntimeError("LoRA layers need transformer_engine")
+
+    for name in ("LinearAdapter", "LoRALinear", "LoRATopKRouter", "TEFusedLoRALinear", "TELinearAdapter"):
+        setattr(lora, name, type(name, (_NeedsTE,), {}))
+    sys.modules[lora.__name__] = lora
+
+    # megatron-core 0.19 uses typing.override (3.12+); Python 3.11 gets typing_extensions'.
+    import typing
+
+    import typing_extensions
+
+    if not hasattr(typing, "override"):
+        typing.override = typing_extensions.override  # type: ignore[attr-defined]
+
+
+def _answer_te_version() -> None:
+    import megatron.core.transformer.transformer_config as tc
+    from packaging.version import Version
+
+    tc.is_te_min_version = lambda version, check_equality=True: Version(TE_VERSION) >= Version(version)  # type: ignore[assignment]
+    tc.get_te_version = lambda: Version(TE_VERSION)  # type: ignore[assignment]
+
+
+def _redirect_hub(local_dirs: dict[str, str]) -> None:
+    from megatron.bridge import AutoBridge
+
+    original = AutoBridge.from_hf_pretrained.__func__  # type: ignore[attr-defined]
+
+    def from_local(cls: Any, path: Any, **kwargs: Any) -> Any:
+        return original(cls, local_dirs.get(str(path), path), **kwargs)
+
+    AutoBridge.from_hf_pretrained = classmethod(from_local)  # type: ignore[assignment]
+
+
+def _cpu_stand_ins(cfg: Any) -> list[str]:
+    import torch
+
+    changed = []
+    if getattr(cfg.model, "apply_rope_fusion", False):
+        cfg.model.apply_rope_fusion = False
+        changed.append("model.apply_rope_fusion=false (needs TE)")
+    if getattr(cfg.model, "moe_permute_fusion", False):
+        cfg.model.moe_permute_fusion = False
+        changed.append("model.moe_permute_fusion=false (needs TE)")
+    if getattr(cfg.model, "moe_token_dispatcher_type", None) == "flex":
+        cfg.model.moe_token_dispatcher_type = "alltoall"
+        changed.append("model.moe_token_dispatcher_type=alltoall (flex queries the GPU)")
+    if getattr(cfg.optimizer, "use_precision_aware_optimizer", False):
+        cfg.optimizer.use_precision_aware_optimizer = False
+        for field in ("main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
+            setattr(cfg.optimizer, field, torch.float32)
+        changed.append("optimizer.use_precision_aware_optimizer=false with FP32 dtypes (needs TE FusedAdam)")
+    return changed
+
+
+def _model_summary(model: Any) -> dict[str, Any]:
+    fields = (
+        "num_layers",
+        "hidden_size",
+        "ffn_hidden_size",
+        "num_attention_heads",
+        "num_query_groups",
+        "num_moe_experts",
+        "moe_router_topk",
+        "moe_ffn_hidden_size",
+        "mtp_num_layers",
+        "tensor_model_parallel_size",
+        "pipeline_model_parallel_size",
+        "virtual_pipeline_model_parallel_size",
+        "context_parallel_size",
+        "expert_model_parallel_size",
+        "expert_tensor_parallel_size",
+        "sequence_parallel",
+        "seq_length",
+        "recompute_granularity",
+        "cp_comm_type",
+    )
+    out = {name: getattr(model, name, None) for name in fields}
+    return {k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v)) for k, v in out.items()}
+
+
+def check_case(case: dict[str, Any]) -> dict[str, Any]:
+    import megatron.bridge.recipes as recipes
+    from megatron.bridge.training.config import runtime_config_update
+    from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
+
+    result: dict[str, Any] = {"name": case["name"], "ok": False}
+    stage = "recipe"
+    try:
+        cfg = getattr(recipes, case["recipe"])()
+        result["recipe_has_comm_overlap"] = cfg.comm_overlap is not None
+        stage = "overrides"
+        cfg = process_config_with_overrides(
+            cfg, config_filepath=case.get("yaml"), cli_overrides=case.get("overrides") or None
+        )
+        result["cpu_stand_ins"] = _cpu_stand_ins(cfg)
+        os.environ["WORLD_SIZE"] = str(case["world_size"])
+        stage = "runtime_config_update"
+        cfg = copy.deepcopy(cfg)  # validate() mutates and is not idempotent after a failure
+        runtime_config_update(cfg)
+        result.update(
+            ok=True,
+            data_parallel_size=cfg.data_parallel_size,
+            global_batch_size=cfg.train.global_batch_size,
+            micro_batch_size=cfg.train.micro_batch_size,
+            model=_model_summary(cfg.model),
+        )
+    except Exception as exc:  # the verdict is the point: report it, do not crash the batch
+        error = f"{type(exc).__name__}: {exc}"[:2000]
+        result.update(stage=stage, error=error, traceback=traceback.format_exc()[-4000:])
+    return result
+
+
+def main() -> int:
+    request = json.load(sys.stdin)
+    # Bridge and its dependencies print banners and warnings; keep stdout for the JSON answer.
+    noise = io.StringIO()
+    with contextlib.redirect_stdout(noise):
+        _install_cpu_stubs()
+        import megatron.bridge  # noqa: F401  (the whole import chain, as run_recipe.py does)
+
+        _answer_te_version()
+        _redirect_hub(request.get("hf_dirs", {}))
+        results = [check_case(case) for case in request["cases"]]
+    json.dump({"results": results}, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

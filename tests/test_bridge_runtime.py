@@ -1,0 +1,194 @@
+"""Megatron Bridge's own start-up validation (``runtime_config_update``) accepts what lcmoe emits.
+
+The real megatron-bridge 0.6.2 + megatron-core 0.19.2 run in a second interpreter
+(``LCMOE_BRIDGE_PYTHON``, built by ``.ci/run``; tests/bridge_runtime.py says how a CPU stands in
+for what it lacks). Every case goes the way a user's launch goes: the recipe lcmoe names, then the
+emitted overrides (or the emitted YAML) through Bridge's Hydra/OmegaConf override code, then
+``runtime_config_update`` with ``WORLD_SIZE`` = the plan's GPU count. Skipped when the
+interpreter is not there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lcmoe.catalog import load_hardware, load_model
+from lcmoe.config_io.bridge import RECIPES, RECIPES_WITHOUT_COMM_OVERLAP
+from lcmoe.emit.bridge import overrides_text, yaml_config
+from lcmoe.plan.search import PlanRequest, search
+from lcmoe.rules.legality import violations
+from lcmoe.run import RunConfig
+from tests.helpers import make_run, with_layout, with_options
+from tests.test_bridge_fields import _feature_runs
+
+BRIDGE_PYTHON = os.environ.get("LCMOE_BRIDGE_PYTHON", "")
+HERE = Path(__file__).resolve().parent
+HF_DIRS = {
+    "deepseek-ai/DeepSeek-V3": HERE / "data/hf/deepseek-v3",
+    "Qwen/Qwen3-235B-A22B": HERE / "data/hf/qwen3-235b-a22b",
+    "Qwen/Qwen3-30B-A3B": HERE / "data/hf/qwen3-30b-a3b",
+    "Qwen/Qwen3-Next-80B-A3B-Instruct": HERE / "data/hf/qwen3-next-80b-a3b",
+    "meta-llama/Meta-Llama-3-70B": HERE / "data/hf/llama3-70b",
+}
+# (model, GPU, GPUs, sequence length): the long-context requests the README and the guidance use.
+REQUESTS = (
+    ("deepseek-v3", "h100", 256, 131072),
+    ("qwen3-235b-a22b", "gb200", 128, 131072),
+    ("qwen3-30b-a3b", "h100", 16, 32768),
+    ("qwen3-next-80b-a3b", "h100", 64, 32768),
+)
+
+pytestmark = pytest.mark.skipif(
+    not (BRIDGE_PYTHON and Path(BRIDGE_PYTHON).exists()),
+    reason="LCMOE_BRIDGE_PYTHON (an interpreter with megatron-bridge 0.6.2) is not set; .ci/run builds one",
+)
+
+
+def _case(name: str, run: RunConfig, tmp: Path, *, as_yaml: bool = False) -> dict[str, Any]:
+    case: dict[str, Any] = {"name": name, "recipe": RECIPES[run.model.name], "world_size": run.layout.world_size}
+    if as_yaml:
+        path = tmp / f"{len(list(tmp.iterdir()))}.yaml"
+        path.write_text(yaml_config(run))
+        case["yaml"] = str(path)
+    else:
+        case["overrides"] = overrides_text(run).split()
+    return case
+
+
+def _plans() -> list[tuple[str, RunConfig]]:
+    runs = []
+    for model, gpu, gpus, seq in REQUESTS:
+        result = search(
+            PlanRequest(model=load_model(model), hardware=load_hardware(gpu), num_gpus=gpus, seq_len=seq, top_k=3)
+        )
+        chosen = [*result.plans, *([result.fallback] if result.fallback else [])]
+        assert chosen, f"no plan for {model} on {gpus} × {gpu} at {seq}"
+        runs += [(f"{model}/{gpu}x{gpus}/{seq}/plan{i}", plan.run) for i, plan in enumerate(chosen)]
+    return runs
+
+
+def _known_bad() -> list[tuple[str, RunConfig, list[str]]]:
+    """Layouts Bridge refuses, with the override lines that make them (emitter output + edits)."""
+    base = make_run("deepseek-v3", cp=16, ep=32, pp=8, vpp=4, gpus=256)
+    odd_seq = with_options(base, seq_len=131080)  # not a multiple of 2·CP
+    return [("seq-not-multiple-of-2cp", odd_seq, overrides_text(odd_seq).split())]
+
+
+def _layout_with_overlap_and_no_vpp() -> tuple[RunConfig, list[str]]:
+    """What lcmoe emitted before VPP stayed explicit next to a pipeline layout: Bridge's EP-overlap
+    setup refuses it (comm_overlap.py:495) although Megatron-Core alone would infer VPP."""
+    run = with_options(
+        with_layout(make_run("deepseek-v3", tp=8, cp=16, ep=128, pp=2, vpp=8, gpus=256), gbs=8),
+        overlap_moe_expert_parallel_comm=True,
+        dispatcher="hybridep",
+    )
+    lines = [
+        "model.virtual_pipeline_model_parallel_size=null" if line.startswith("model.virtual_pipeline") else line
+        for line in overrides_text(run).split()
+    ]
+    return run, lines
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    runs: dict[str, RunConfig]  # the good cases by name (each sent as overrides and as YAML)
+    results: dict[str, dict[str, Any]]  # Bridge's answer by case name
+
+
+@pytest.fixture(scope="module")
+def bridge(tmp_path_factory: pytest.TempPathFactory) -> Verdicts:
+    """One Bridge process for every case: its import chain alone takes ~10 s."""
+    tmp = tmp_path_factory.mktemp("bridge")
+    runs = dict([*_plans(), *[(f"feature{i}", r) for i, r in enumerate(_feature_runs())]])
+    cases = []
+    for name, run in runs.items():
+        cases += [_case(name, run, tmp), _case(name + "/yaml", run, tmp, as_yaml=True)]
+    old_run, old_lines = _layout_with_overlap_and_no_vpp()
+    bad = [*_known_bad(), ("old-vpp-null", old_run, old_lines)]
+    cases += [{**_case(name, run, tmp), "overrides": lines} for name, run, lines in bad]
+    cases.append(_case("old-vpp-null/fixed", old_run, tmp))
+    request = {"hf_dirs": {k: str(v) for k, v in HF_DIRS.items()}, "cases": cases}
+    done = subprocess.run(
+        [BRIDGE_PYTHON, str(HERE / "bridge_runtime.py")],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return Verdicts(runs, {r["name"]: r for r in json.loads(done.stdout)["results"]})
+
+
+def _expected(run: RunConfig) -> dict[str, Any]:
+    lay, spec = run.layout, run.model
+    return {
+        "tensor_model_parallel_size": lay.tp,
+        "pipeline_model_parallel_size": lay.pp,
+        "virtual_pipeline_model_parallel_size": lay.vpp if lay.vpp > 1 else None,
+        "context_parallel_size": lay.cp,
+        "expert_model_parallel_size": lay.ep,
+        "expert_tensor_parallel_size": lay.etp,
+        "seq_length": run.options.seq_len,
+        "num_layers": spec.num_layers,
+        "hidden_size": spec.hidden_size,
+        "num_attention_heads": spec.num_attention_heads,
+        "num_moe_experts": spec.num_moe_experts,
+        "moe_ffn_hidden_size": spec.moe_ffn_hidden_size if spec.is_moe else None,
+        "mtp_num_layers": spec.mtp_num_layers or None,
+    }
+
+
+def test_bridge_accepts_every_emitted_plan(bridge: Verdicts) -> None:
+    names = [n for name in bridge.runs for n in (name, name + "/yaml")]
+    failures = [
+        f"{n}: {bridge.results[n].get('stage')}: {bridge.results[n].get('error')}"
+        for n in names
+        if not bridge.results[n]["ok"]
+    ]
+    assert not failures, "\n".join(failures)
+
+
+def test_bridge_derives_lcmoe_layout_and_model(bridge: Verdicts) -> None:
+    """Bridge's data-parallel size, parallel sizes, batch and the model it built from the recipe
+    (layers, widths, experts) are lcmoe's: the plan's numbers describe the job that starts."""
+    for name, run in bridge.runs.items():
+        for key in (name, name + "/yaml"):
+            got = bridge.results[key]
+            assert (got["data_parallel_size"], got["global_batch_size"], got["micro_batch_size"]) == (
+                run.layout.dp,
+                run.layout.gbs,
+                run.layout.mbs,
+            ), key
+            for field, want in _expected(run).items():
+                assert got["model"][field] == want, f"{key}: {field} = {got['model'][field]}, lcmoe {want}"
+
+
+def test_recipe_comm_overlap_table_matches_bridge(bridge: Verdicts) -> None:
+    """lcmoe writes EP overlap to ``comm_overlap.*`` only for recipes that have that config."""
+    for name, run in bridge.runs.items():
+        recipe = RECIPES[run.model.name]
+        assert bridge.results[name]["recipe_has_comm_overlap"] == (recipe not in RECIPES_WITHOUT_COMM_OVERLAP), recipe
+
+
+def test_bridge_and_lcmoe_refuse_the_same_layouts(bridge: Verdicts) -> None:
+    for name, run, _ in _known_bad():
+        assert not bridge.results[name]["ok"], f"Bridge accepted {name}"
+        assert violations(run), f"lcmoe accepted {name}; Bridge said {bridge.results[name]['error']}"
+    assert "divisible by 2 * context parallel" in bridge.results["seq-not-multiple-of-2cp"]["error"]
+
+
+def test_vpp_stays_explicit_next_to_a_layout(bridge: Verdicts) -> None:
+    """Regression: a layout with VPP left to inference fails Bridge's EP-overlap setup."""
+    old, fixed = bridge.results["old-vpp-null"], bridge.results["old-vpp-null/fixed"]
+    assert not old["ok"]
+    assert "virtual_pipeline_model_parallel_size must be specified" in old["error"]
+    assert fixed["ok"], fixed.get("error")
