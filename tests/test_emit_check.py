@@ -73,6 +73,22 @@ def test_check_round_trip_reproduces_the_plan(emitted: Path, name: str) -> None:
     assert checked["time"]["step_seconds"] == pytest.approx(plan["time"]["step_seconds"])
 
 
+@pytest.mark.parametrize("name", ["overrides.txt", "fallback/config.yaml"])
+def test_check_of_an_emitted_file_needs_no_flags(emitted: Path, name: str) -> None:
+    """The issue's acceptance command: `lcmoe check out/overrides.txt` (model, GPU, GPUs from plan.json)."""
+    code, out, _ = run_cli("check", str(emitted / name), "--json")
+    assert code in (0, 1)
+    assert json.loads(out)["errors"] == []
+
+
+def test_check_without_gpus_or_plan_json_is_one_sentence(tmp_path: Path) -> None:
+    path = tmp_path / "o.txt"
+    path.write_text("model.tensor_model_parallel_size=2\n")
+    code, _, err = run_cli("check", str(path), "--model", "deepseek-v3")
+    assert code == 2
+    assert "--gpus" in err and "Traceback" not in err
+
+
 def test_check_flags_illegal_config(tmp_path: Path) -> None:
     path = tmp_path / "bad.txt"
     path.write_text("model.tensor_model_parallel_size=3\nmodel.expert_model_parallel_size=32\n")

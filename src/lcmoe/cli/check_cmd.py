@@ -1,10 +1,13 @@
 """`lcmoe check FILE|-`: legality, memory verdict, time estimate and every LC-* rule for an
 existing config — Megatron-LM arguments, Bridge KEY=VALUE overrides, or a Bridge YAML dump.
+A file inside a directory written by ``lcmoe plan --emit`` (or its ``fallback/``) takes the model,
+GPU and GPU count from that directory's ``plan.json`` unless the options give them.
 
 Exit codes: 0 clean, 1 warnings (including OOM risk), 2 errors (illegal or unreadable)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,6 +35,21 @@ def read_input(source: str) -> str:
     if len(text) > MAX_INPUT_BYTES:
         raise LcmoeError("FILE", source, "is larger than 16 MiB", "pass the config, not a log")
     return text
+
+
+def emitted_plan_inputs(source: str) -> dict[str, Any]:
+    """The ``inputs`` of the plan.json next to (or one level above) an emitted file; {} if none."""
+    if source == "-":
+        return {}
+    here = Path(source).resolve().parent
+    for folder in (here, here.parent):
+        try:
+            inputs = json.loads((folder / "plan.json").read_text(encoding="utf-8")).get("inputs")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(inputs, dict):
+            return inputs
+    return {}
 
 
 def detect_format(text: str) -> str:
@@ -88,9 +106,9 @@ def parse_run(text: str, *, model: str | None, gpu: str, gpus: int, seq_len: str
 
 def check(
     source: str = typer.Argument(..., help="config file, or - for standard input"),
-    model: str = typer.Option(None, "--model", "-m", help="model (needed for Bridge overrides/YAML)"),
-    gpu: str = ro.GPU,
-    gpus: int = ro.GPUS,
+    model: str | None = typer.Option(None, "--model", "-m", help="model (needed for Bridge overrides/YAML)"),
+    gpu: str | None = typer.Option(None, "--gpu", "-g", help="catalog GPU (default: the plan.json's, else h100)"),
+    gpus: int | None = typer.Option(None, "--gpus", "-n", help="total GPUs (default: the plan.json's)"),
     seq_len: str = typer.Option(None, "--seq-len", "-s", help="if the config does not set it"),
     megatron_core_version: str = typer.Option("0.19.2", "--megatron-core-version"),
     hardware_file: Path = ro.HW_FILE,
@@ -104,8 +122,14 @@ def check(
     from lcmoe.rules.advice import advise
     from lcmoe.rules.legality import violations
 
-    hardware = resolve_hardware(gpu, hardware_file=hardware_file, overrides=hw)
-    fmt, run = parse_run(read_input(source), model=model, gpu=gpu, gpus=gpus, seq_len=seq_len, hardware=hardware)
+    planned = emitted_plan_inputs(source)
+    model = model or planned.get("model")
+    gpu_name = str(gpu or planned.get("gpu") or "h100")
+    world = gpus or planned.get("num_gpus")
+    if not isinstance(world, int) or isinstance(world, bool) or world < 1:
+        raise LcmoeError("--gpus", world, "is needed (no plan.json next to the file says it)", "e.g. --gpus 256")
+    hardware = resolve_hardware(gpu_name, hardware_file=hardware_file, overrides=hw)
+    fmt, run = parse_run(read_input(source), model=model, gpu=gpu_name, gpus=world, seq_len=seq_len, hardware=hardware)
     errors = [v.as_dict() for v in violations(run, megatron_core_version=megatron_core_version)]
     advice = [a.as_dict() for a in advise(run)]
     result: dict[str, Any] = {"format": fmt, "errors": errors, "advice": advice}

@@ -12,7 +12,10 @@ the tp·cp GPUs of its stage, and expert work over the same GPUs by symmetry of 
     comm     = exposed TP (SP all-gather/reduce-scatter), CP (ring p2p hidden behind the
                attention of each ring step, or a2a), EP dispatch/combine (NVLink inside the
                NVLink domain, the NIC outside it; part hidden with EP overlap), PP send/recv
-    overhead = host/launch time per layer, mostly removed by CUDA graphs
+    overhead = host/launch time per layer (mostly removed by CUDA graphs) where it is exposed:
+               the host runs ahead of the GPU, so only host time beyond the layer's GPU time
+               shows — except in MoE layers whose dispatcher copies token counts to the host
+               (alltoall, allgather, DeepEP), where the GPU idles while the host launches again
 
     step = (M + (pp − 1)/vpp) · t_microbatch(slowest stage)          (1F1B / interleaved bubble)
          + exposed DP/EDP gradient reduce-scatter + parameter all-gather
@@ -60,7 +63,10 @@ class TimeCoefficients:
     moe_layer_overhead_seconds: float = 2.0e-4
     ep_comm_efficiency: float = 0.7
     ep_network_efficiency: float = 0.7
-    cp_ring_hidden: float = 0.0
+    # Share of a ring step's KV exchange hidden behind that step's attention. The fit starts here
+    # and a family whose rows never expose the ring (Blackwell: every CP row's attention outlasts
+    # its NVLink exchange) keeps this prior: the Hopper fit on the DSV3 CP series (0.75).
+    cp_ring_hidden: float = 0.75
     moe_permute_passes: float = 8.0
     grouped_gemm_half_size: float = 0.0
     # Fixed (not fitted), from kernels-and-links.md.
@@ -105,6 +111,18 @@ COEFFICIENT_BOUNDS: dict[str, tuple[float, float]] = {
 }
 
 _DISPATCHER_RELATIVE = {"alltoall": 0.75, "allgather": 0.6, "deepep": 1.0, "hybridep": 1.1}
+# Dispatchers that block the host on a device-to-host copy of the per-expert token counts in every
+# MoE layer (the all-to-all split sizes; Megatron token_dispatcher.py ``cuda_sync_point`` /
+# ``_maybe_dtoh_and_synchronize``; DeepEP normal mode returns ``num_recv_tokens_per_expert_list``
+# to Python). HybridEP dispatches into preallocated buffers without that sync.
+HOST_SYNCING_DISPATCHERS = frozenset({"alltoall", "allgather", "deepep"})
+
+
+def exposed_host_seconds(host: float, gpu: float, *, host_sync: bool) -> float:
+    """Host launch time a layer adds to the step. Without a sync the host runs ahead and only its
+    excess over the layer's GPU time is exposed: max(0, host − gpu); after a device-to-host sync
+    the GPU waits for every launch that follows, so the whole host time is exposed."""
+    return host if host_sync else max(0.0, host - gpu)
 
 
 @functools.cache
@@ -471,7 +489,9 @@ def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients) -> Stage
                 ep *= 1.0 - c.ep_overlap_hidden
         permute = c.moe_permute_passes * g.moe_token_bytes / a.hbm_bandwidth
         recompute = recompute_seconds(a, g, gemm, dense, experts, attention, elementwise, ep + permute)
-        overhead = graph_share * (c.layer_overhead_seconds + (c.moe_layer_overhead_seconds if g.is_moe else 0.0))
+        host = graph_share * (c.layer_overhead_seconds + (c.moe_layer_overhead_seconds if g.is_moe else 0.0))
+        gpu = dense + experts + attention + elementwise + recompute + tp + cp + ep + permute
+        overhead = exposed_host_seconds(host, gpu, host_sync=g.is_moe and a.dispatcher in HOST_SYNCING_DISPATCHERS)
         for key, value in (
             ("dense", dense),
             ("expert", experts),
