@@ -768,9 +768,10 @@ def estimate_memory(
     ``stages`` may be passed when the caller already has them (the planner does)."""
     coeffs = coefficients or shipped_coefficients()
     architecture = hardware.architecture if hardware else "hopper"
-    kernel = attention_kernel(options, architecture)
-    if kernel != options.attention_backend:
-        options = replace(options, attention_backend=kernel)  # type: ignore[arg-type]
+    # Only the unfused kernel stores differently (flash and fused keep the same tensors), so the
+    # options are rebuilt only then: the planner's cached per-layer terms keep their keys.
+    if options.attention_backend != "unfused" and attention_kernel(options, architecture) == "unfused":
+        options = replace(options, attention_backend="unfused")
     stage_list = stages if stages is not None else pipeline_stages(model, layout)
     stages_memory = tuple(
         stage_memory(model, layout, options, stage, coeffs, first_step=first_step, architecture=architecture)
