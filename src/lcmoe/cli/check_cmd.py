@@ -7,7 +7,6 @@ Exit codes: 0 clean, 1 warnings (including OOM risk), 2 errors (illegal or unrea
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,16 +38,17 @@ def read_input(source: str) -> str:
 
 def emitted_plan_inputs(source: str) -> dict[str, Any]:
     """The ``inputs`` of the plan.json next to (or one level above) an emitted file; {} if none."""
+    from lcmoe.config_io.plan_json import read_plan
+
     if source == "-":
         return {}
     here = Path(source).resolve().parent
     for folder in (here, here.parent):
-        try:
-            inputs = json.loads((folder / "plan.json").read_text(encoding="utf-8")).get("inputs")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if isinstance(inputs, dict):
-            return inputs
+        if (folder / "plan.json").is_file():
+            try:
+                return dict(read_plan(folder)["inputs"])
+            except LcmoeError:  # not lcmoe's plan.json: the options must say it
+                continue
     return {}
 
 
