@@ -87,6 +87,9 @@ def residuals(cases: list[PerfCase], coefficients: TimeCoefficients) -> np.ndarr
 
 
 CONTAINER_FACTOR_BOUNDS = (0.5, 2.0)
+# The GPU each family's datasheet-peak rates are taken at; the others get a fitted clock factor.
+REFERENCE_GPUS = ("h100", "b200")
+GPU_PREFIX = "gpu:"
 # Prior on each container's factor: log-normal around 1 with this width. A container with a
 # handful of rows then cannot move its factor far on their noise (hopper's newest has 2 rows).
 CONTAINER_PRIOR_SIGMA = 0.1
@@ -103,23 +106,27 @@ def fit_family(cases: list[PerfCase], base: TimeCoefficients | None = None) -> T
     # The long-context card's runs are taken as the newest software (no factor of their own), so
     # their misfit stays visible and shapes the long-context terms instead of being scaled away.
     containers = sorted({c.container for c in cases} - {reference, LONG_CONTEXT}, key=version_key)
+    # One sustained-clock factor per GPU but the family's reference GPU (same prior as the
+    # container factors: log-normal around 1).
+    gpus = sorted({c.run.hardware.name for c in cases} - set(REFERENCE_GPUS))
+    extras = containers + [GPU_PREFIX + g for g in gpus]
     low_f, high_f = (float(np.log(b)) for b in CONTAINER_FACTOR_BOUNDS)
-    lower = np.array([BOUNDS[n][0] for n in names] + [low_f] * len(containers))
-    upper = np.array([BOUNDS[n][1] for n in names] + [high_f] * len(containers))
+    lower = np.array([BOUNDS[n][0] for n in names] + [low_f] * len(extras))
+    upper = np.array([BOUNDS[n][1] for n in names] + [high_f] * len(extras))
     units = {"moe_permute_passes": 10.0, "grouped_gemm_half_size": 1e7}
     scale = np.array(
-        [1e-3 if n.endswith("overhead_seconds") else units.get(n, 1.0) for n in names] + [1.0] * len(containers)
+        [1e-3 if n.endswith("overhead_seconds") else units.get(n, 1.0) for n in names] + [1.0] * len(extras)
     )
-    start = np.clip(np.array([getattr(start_coeffs, n) for n in names] + [0.0] * len(containers)), lower, upper) / scale
+    start = np.clip(np.array([getattr(start_coeffs, n) for n in names] + [0.0] * len(extras)), lower, upper) / scale
 
     def build(vector: np.ndarray) -> TimeCoefficients:
         values = vector * scale
-        factors = {reference: 1.0, LONG_CONTEXT: 1.0} | {
-            c: float(np.exp(v)) for c, v in zip(containers, values[len(names) :], strict=True)
-        }
+        fitted = {k: float(np.exp(v)) for k, v in zip(extras, values[len(names) :], strict=True)}
+        factors = {reference: 1.0, LONG_CONTEXT: 1.0} | {k: fitted[k] for k in containers}
         return dataclasses.replace(
             start_coeffs,
             **{n: float(v) for n, v in zip(names, values[: len(names)], strict=True)},
+            gpu_clock={g: fitted[GPU_PREFIX + g] for g in gpus},
             fit={"containers": factors, "reference_container": reference},
         )
 
@@ -183,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     moe = [c for c in cases if c.run.model.is_moe]
     for family, coefficients in fitted.items():
         print(family, {n: round(getattr(coefficients, n), 5) for n in BOUNDS})
+        print("  sustained clock vs", REFERENCE_GPUS, {k: round(v, 3) for k, v in coefficients.gpu_clock.items()})
         print(
             "  container factors vs",
             coefficients.fit["reference_container"],
@@ -196,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         payload = {
             "families": {family: {n: float(getattr(c, n)) for n in BOUNDS} for family, c in fitted.items()},
+            "gpu_clocks": {family: dict(c.gpu_clock) for family, c in fitted.items()},
             "containers": {family: dict(c.fit["containers"]) for family, c in fitted.items()},
             "reference_containers": {family: c.fit["reference_container"] for family, c in fitted.items()},
             "fit": {

@@ -79,7 +79,18 @@ class TimeCoefficients:
     ep_overlap_hidden: float = 0.4
     dp_exposed_fraction: float = 0.15
     cuda_graph_overhead_saving: float = 0.7
-    host_adam_params_per_second: float = 0.6e9
+    # CPU Adam on the offloaded fraction, per rank: memory-bound at ~30 B touched per fp32 param
+    # (param, grad, m, v read; param, m, v, bf16 copy written), and an H100 DGX host's ~614 GB/s
+    # DDR5 over 8 ranks gives a ~2.6 G params/s roofline; torch's CPU Adam reaches ~40% of it.
+    # Inside the measured range of kernels-and-links.md §6 (0.3 G/s at 2 threads per rank, ~1.4 G/s
+    # DeepSpeed CPU-Adam per host).
+    host_adam_params_per_second: float = 1.0e9
+    # Sustained tensor-core clock of a GPU relative to its family's reference GPU (B200, H100),
+    # beyond the datasheet peaks: the power limit decides how much of the peak a GPU holds under
+    # load (B200 1000 W, B300 1100 W, GB200 1200 W, GB300 1400 W; kernels-and-links.md §2a
+    # measures GB200 FP8 MAMF at 72% of its peak vs B200's 76%). Scales every compute rate;
+    # fitted per GPU by fit_time.py; a GPU not listed runs at 1.
+    gpu_clock: dict[str, float] = field(default_factory=dict)
     fit: dict[str, object] = field(default_factory=dict)
 
 
@@ -118,6 +129,48 @@ _DISPATCHER_RELATIVE = {"alltoall": 0.75, "allgather": 0.6, "deepep": 1.0, "hybr
 HOST_SYNCING_DISPATCHERS = frozenset({"alltoall", "allgather", "deepep"})
 
 
+# Share of a MoE layer's host launch work (forward + backward) in the router and in the
+# dispatcher's preprocess, the two MoE pieces TE-scoped CUDA graphs can capture without static
+# expert shapes. Counted from Megatron's MoE forward (moe_layer.py, router.py,
+# token_dispatcher.py): of ~37 forward launches, the router (gate GEMM, score function, top-k,
+# aux-loss / bias terms) issues ~8 and the preprocess (tokens per expert, splits, row-id map)
+# ~6; the rest is permute, dispatch, grouped GEMMs, activation, combine and shared experts.
+MOE_ROUTER_HOST_SHARE = 8 / 37
+MOE_PREPROCESS_HOST_SHARE = 6 / 37
+
+
+def graphed_host_shares(scope: frozenset[str], is_moe: bool) -> tuple[float, float]:
+    """(share of the non-MoE host work, share of the MoE host work) that ``scope`` captures in
+    CUDA graphs (transformer_config.py ``cuda_graph_scope``): ``full_iteration`` all of it;
+    ``attn`` the attention block (all non-MoE work of a MoE layer, half of a dense layer's, the
+    other half being its MLP, which ``mlp`` captures); ``moe`` the whole MoE block;
+    ``moe_router`` / ``moe_preprocess`` their launch shares (MOE_*_HOST_SHARE)."""
+    if "full_iteration" in scope:
+        return 1.0, 1.0
+    dense = 0.0
+    if "attn" in scope:
+        dense += 1.0 if is_moe else 0.5
+    if "mlp" in scope and not is_moe:
+        dense += 0.5
+    if "moe" in scope:
+        moe = 1.0
+    else:
+        moe = MOE_ROUTER_HOST_SHARE * ("moe_router" in scope) + MOE_PREPROCESS_HOST_SHARE * ("moe_preprocess" in scope)
+    return dense, moe if is_moe else 0.0
+
+
+def layer_host_seconds(scope: frozenset[str], is_moe: bool, c: TimeCoefficients) -> float:
+    """Host launch time of one layer, forward + backward: the fitted per-layer (and per-MoE-layer)
+    launch time, less what CUDA graphs save on the captured share:
+    t_layer·(1 − s·g_dense) + t_moe·(1 − s·g_moe), s = cuda_graph_overhead_saving."""
+    dense_share, moe_share = graphed_host_shares(scope, is_moe)
+    saving = c.cuda_graph_overhead_saving
+    host = c.layer_overhead_seconds * (1 - saving * dense_share)
+    if is_moe:
+        host += c.moe_layer_overhead_seconds * (1 - saving * moe_share)
+    return host
+
+
 def exposed_host_seconds(host: float, gpu: float, *, host_sync: bool) -> float:
     """Host launch time a layer adds to the step. Without a sync the host runs ahead and only its
     excess over the layer's GPU time is exposed: max(0, host − gpu); after a device-to-host sync
@@ -137,15 +190,19 @@ def _shipped() -> dict[str, Any]:
 def coefficients_from_values(values: dict[str, Any], fit: dict[str, object]) -> TimeCoefficients:
     """TimeCoefficients from a {name: number} mapping (the shipped YAML or a user calibration);
     names that are not coefficients are ignored, absent ones keep their defaults."""
-    known = {f.name for f in fields(TimeCoefficients)} - {"fit"}
-    return replace(TimeCoefficients(), **{k: float(v) for k, v in values.items() if k in known}, fit=fit)
+    known = {f.name for f in fields(TimeCoefficients)} - {"fit", "gpu_clock"}
+    clocks = {str(k): float(v) for k, v in (values.get("gpu_clock") or {}).items()}
+    return replace(
+        TimeCoefficients(), **{k: float(v) for k, v in values.items() if k in known}, gpu_clock=clocks, fit=fit
+    )
 
 
 def shipped_time_coefficients(architecture: str) -> TimeCoefficients:
     """The coefficients shipped for a hardware family (hopper, blackwell; ampere uses hopper's)."""
     data = _shipped()
     families: dict[str, dict[str, Any]] = data.get("families") or {}
-    values = families.get(architecture) or families.get("hopper") or {}
+    values = dict(families.get(architecture) or families.get("hopper") or {})
+    values["gpu_clock"] = (data.get("gpu_clocks") or {}).get(architecture) or {}
     fit = dict(data.get("fit") or {})
     # Software factors of older containers (benchmarks only; lcmoe predicts the reference one).
     fit["containers"] = (data.get("containers") or {}).get(architecture, {})
@@ -247,6 +304,7 @@ class RunAmounts:
     """Everything the step time needs that does not depend on fitted coefficients."""
 
     stages: tuple[StageAmounts, ...]
+    gpu: str
     gemm_peak: float
     bf16_peak: float
     tensor_core: str
@@ -267,7 +325,7 @@ class RunAmounts:
     attention_chunk: float
     dispatcher: str
     ep_overlap: bool
-    cuda_graphs: bool
+    cuda_graph_scope: frozenset[str]
     recompute_granularity: str
     recompute_modules: frozenset[str]
     moe_imbalance: float
@@ -368,6 +426,7 @@ def time_amounts(run: RunConfig) -> RunAmounts:
     tokens = layout.gbs * options.seq_len
     return RunAmounts(
         stages=tuple(_stage_amounts(run, stage) for stage in pipeline_stages(model, layout)),
+        gpu=hardware.name,
         gemm_peak=hardware.peak(options.tensor_core_precision),
         bf16_peak=hardware.peak("bf16"),
         tensor_core=options.tensor_core_precision,
@@ -388,7 +447,7 @@ def time_amounts(run: RunConfig) -> RunAmounts:
         attention_chunk=options.seq_len / layout.cp / (2 if layout.cp > 1 else 1),
         dispatcher=options.dispatcher,
         ep_overlap=options.overlap_moe_expert_parallel_comm,
-        cuda_graphs=bool(options.cuda_graph_scope),
+        cuda_graph_scope=frozenset(options.cuda_graph_scope),
         recompute_granularity=options.recompute_granularity,
         recompute_modules=options.recompute_modules,
         moe_imbalance=options.moe_token_imbalance,
@@ -456,14 +515,14 @@ def _gemm_efficiency(tensor_core: str, c: TimeCoefficients) -> float:
 
 def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients) -> StageTime:
     """Forward + backward of one microbatch on one GPU of ``stage`` (see the module docstring)."""
-    gemm = a.gemm_peak * _gemm_efficiency(a.tensor_core, c)
+    clock = c.gpu_clock.get(a.gpu, 1.0)
+    gemm = a.gemm_peak * clock * _gemm_efficiency(a.tensor_core, c)
     saturation = grouped_gemm_saturation(a.tokens_per_expert, c, a.expert_gemm_size)
-    expert_rate = a.gemm_peak * c.grouped_gemm_efficiency * saturation
-    attention_rate = a.bf16_peak * c.attention_efficiency * attention_saturation(a.attention_chunk, c)
+    expert_rate = a.gemm_peak * clock * c.grouped_gemm_efficiency * saturation
+    attention_rate = a.bf16_peak * clock * c.attention_efficiency * attention_saturation(a.attention_chunk, c)
     tp_bw = _bandwidth(a, a.tp_span, c)
     cp_bw = _bandwidth(a, a.cp_span, c)
     ep_eff = min(c.ep_comm_efficiency * _DISPATCHER_RELATIVE.get(a.dispatcher, 0.75), 1.0)
-    graph_share = 1 - c.cuda_graph_overhead_saving if a.cuda_graphs else 1.0
     totals = dict.fromkeys(
         ("dense", "expert", "attention", "elementwise", "recompute", "tp", "cp", "ep", "ovh", "permute"), 0.0
     )
@@ -489,9 +548,12 @@ def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients) -> Stage
                 ep *= 1.0 - c.ep_overlap_hidden
         permute = c.moe_permute_passes * g.moe_token_bytes / a.hbm_bandwidth
         recompute = recompute_seconds(a, g, gemm, dense, experts, attention, elementwise, ep + permute)
-        host = graph_share * (c.layer_overhead_seconds + (c.moe_layer_overhead_seconds if g.is_moe else 0.0))
+        host = layer_host_seconds(a.cuda_graph_scope, g.is_moe, c)
         gpu = dense + experts + attention + elementwise + recompute + tp + cp + ep + permute
-        overhead = exposed_host_seconds(host, gpu, host_sync=g.is_moe and a.dispatcher in HOST_SYNCING_DISPATCHERS)
+        # A full-iteration graph cannot contain a device-to-host sync (Megatron requires the
+        # static-shape path for it), so no dispatcher blocks the host there.
+        host_sync = g.is_moe and a.dispatcher in HOST_SYNCING_DISPATCHERS and "full_iteration" not in a.cuda_graph_scope
+        overhead = exposed_host_seconds(host, gpu, host_sync=host_sync)
         for key, value in (
             ("dense", dense),
             ("expert", experts),
@@ -505,7 +567,7 @@ def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients) -> Stage
             ("permute", permute),
         ):
             totals[key] += value * g.count
-    totals["dense"] += stage.logits_flops / (a.bf16_peak * c.gemm_efficiency_bf16)
+    totals["dense"] += stage.logits_flops / (a.bf16_peak * clock * c.gemm_efficiency_bf16)
     # Interleaved: every microbatch passes each rank once per model chunk, so vpp sends and
     # receives per rank per microbatch (schedules.py forward_backward_pipelining_with_interleaving).
     pp = a.vpp * stage.pp_bytes / _bandwidth(a, a.nvlink_domain + 1, c) if stage.pp_bytes else 0.0
