@@ -6,7 +6,8 @@ Target: published model TFLOP/s/GPU. Residual: log(predicted / published), soft-
 a few mislabelled rows). Each family (hopper, blackwell) gets its own dense-GEMM efficiency per
 precision class, grouped-GEMM and attention efficiencies, per-layer host/launch overhead and an
 EP-communication efficiency; the CP-ring hidden share is fitted on the long-context rows (the
-only CP > 1 data). Every efficiency is bounded by a measured kernel ceiling (see BOUNDS).
+only CP > 1 data). Every efficiency is bounded by a measured kernel ceiling (see BOUNDS), and the
+attention efficiency by the family's measured kernel range (family_bounds).
 
     pip install '.[bench]'
     python benchmarks/fit_time.py [--write] [--lomo]
@@ -35,7 +36,14 @@ from benchmarks.perf_rows import (
     version_key,
 )
 from benchmarks.published import REFERENCE, REPO, write_coefficients
-from lcmoe.estimate.time import COEFFICIENT_BOUNDS, RunAmounts, TimeCoefficients, combine, time_amounts
+from lcmoe.estimate.time import (
+    ATTENTION_EFFICIENCY_MEASURED,
+    COEFFICIENT_BOUNDS,
+    RunAmounts,
+    TimeCoefficients,
+    combine,
+    time_amounts,
+)
 
 OUTPUT = REPO / "src" / "lcmoe" / "data" / "time_coefficients.yaml"
 # The fitted subset of the shared bounds (measured ceilings; see time.py COEFFICIENT_BOUNDS).
@@ -60,9 +68,18 @@ def parameters_for(cases: list[PerfCase]) -> list[str]:
         ]
         if any(c.run.layout.ep * c.run.layout.etp > c.run.hardware.nvlink_domain_size for c in cases):
             names.append("ep_network_efficiency")
-    if any(c.run.layout.cp > 1 for c in cases):
+    if any(c.run.layout.cp > 1 for c in cases) and _moves_residuals(cases, "cp_ring_hidden"):
         names.append("cp_ring_hidden")
     return names
+
+
+def _moves_residuals(cases: list[PerfCase], name: str) -> bool:
+    """Whether any row's prediction depends on coefficient ``name`` across its bounds. Where none
+    does (Blackwell's CP rows: every ring step's attention outlasts its NVLink exchange), the
+    coefficient is not fitted and keeps its prior instead of drifting to an arbitrary bound."""
+    low, high = BOUNDS[name]
+    at = [residuals(cases, dataclasses.replace(TimeCoefficients(), **{name: v})) for v in (low, high)]
+    return bool(np.any(np.abs(at[0] - at[1]) > 1e-9))
 
 
 _AMOUNTS: dict[int, RunAmounts] = {}
@@ -96,6 +113,13 @@ CONTAINER_PRIOR_SIGMA = 0.1
 ROW_SCALE = 0.1  # soft-L1 scale of the row residuals (log units)
 
 
+def family_bounds(architecture: str) -> dict[str, tuple[float, float]]:
+    """BOUNDS, with attention held to the family's measured kernel range (time.py
+    ATTENTION_EFFICIENCY_MEASURED; ampere uses hopper's)."""
+    measured = ATTENTION_EFFICIENCY_MEASURED.get(architecture, ATTENTION_EFFICIENCY_MEASURED["hopper"])
+    return BOUNDS | {"attention_efficiency": measured}
+
+
 def fit_family(cases: list[PerfCase], base: TimeCoefficients | None = None) -> TimeCoefficients:
     """Efficiencies of one hardware family, plus one throughput factor per container relative to
     the newest (the software-release effect the guidance's LC-CONTAINER rule warns about); the
@@ -111,8 +135,9 @@ def fit_family(cases: list[PerfCase], base: TimeCoefficients | None = None) -> T
     gpus = sorted({c.run.hardware.name for c in cases} - set(REFERENCE_GPUS))
     extras = containers + [GPU_PREFIX + g for g in gpus]
     low_f, high_f = (float(np.log(b)) for b in CONTAINER_FACTOR_BOUNDS)
-    lower = np.array([BOUNDS[n][0] for n in names] + [low_f] * len(extras))
-    upper = np.array([BOUNDS[n][1] for n in names] + [high_f] * len(extras))
+    bounds = family_bounds(cases[0].run.hardware.architecture)
+    lower = np.array([bounds[n][0] for n in names] + [low_f] * len(extras))
+    upper = np.array([bounds[n][1] for n in names] + [high_f] * len(extras))
     units = {"moe_permute_passes": 10.0, "grouped_gemm_half_size": 1e7}
     scale = np.array(
         [1e-3 if n.endswith("overhead_seconds") else units.get(n, 1.0) for n in names] + [1.0] * len(extras)

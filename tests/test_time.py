@@ -8,7 +8,13 @@ import pytest
 
 from lcmoe.catalog import load_hardware
 from lcmoe.estimate.flops import flops_per_token
-from lcmoe.estimate.time import estimate_time
+from lcmoe.estimate.time import (
+    ATTENTION_EFFICIENCY_MEASURED,
+    COEFFICIENT_BOUNDS,
+    attention_efficiency_on_counted_flops,
+    estimate_time,
+    shipped_time_coefficients,
+)
 from tests.helpers import make_run, with_layout, with_options
 
 
@@ -56,3 +62,14 @@ def test_doubling_sequence_raises_attention_time_super_linearly() -> None:
     a = estimate_time(run).breakdown["attention"]
     b = estimate_time(doubled).breakdown["attention"]
     assert b > 2 * a
+
+
+def test_attention_efficiency_combines_forward_and_backward_on_bridges_count() -> None:
+    # Counted 3F; the kernel spends F/0.65 + 2.5F/0.57 (hand-checked: 3 / 5.925 = 0.506).
+    assert attention_efficiency_on_counted_flops(0.65, 0.57) == pytest.approx(3 / (1 / 0.65 + 2.5 / 0.57))
+    assert attention_efficiency_on_counted_flops(0.65, 0.57) == pytest.approx(0.5063, abs=1e-3)
+    ceiling = COEFFICIENT_BOUNDS["attention_efficiency"][1]
+    for family, (low, high) in ATTENTION_EFFICIENCY_MEASURED.items():
+        assert 0 < low < high <= ceiling, family
+        shipped = shipped_time_coefficients(family).attention_efficiency
+        assert low - 1e-6 <= shipped <= high + 1e-6, family

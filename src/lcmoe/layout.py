@@ -12,12 +12,14 @@ Axes (Megatron-Core names; ``Axis`` glossary):
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from enum import Enum
 
 from lcmoe.errors import LcmoeError
-from lcmoe.specs.model import ModelSpec
+from lcmoe.estimate.params import layer_signature
+from lcmoe.specs.model import AttentionKind, ModelSpec
 
 
 class Axis(str, Enum):
@@ -115,11 +117,16 @@ class PipelineStage:
     """One physical pipeline rank: its chunks in order (chunk v is virtual stage v·pp + rank)."""
 
     rank: int
-    chunks: tuple[ModelChunk, ...] = field(default_factory=tuple)
+    chunks: tuple[ModelChunk, ...]
+    # (first layer, count) per distinct layer signature (MoE flag, attention kind) among the
+    # decoder layers, in order of first appearance: the estimators cost one layer per group.
+    layer_groups: tuple[tuple[int, int], ...]
+    # Derived once: the estimators walk a stage's layers for every candidate the planner times.
+    decoder_layers: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
-    @property
-    def decoder_layers(self) -> tuple[int, ...]:
-        return tuple(layer for chunk in self.chunks for layer in chunk.decoder_layers)
+    def __post_init__(self) -> None:
+        layers = tuple(layer for chunk in self.chunks for layer in chunk.decoder_layers)
+        object.__setattr__(self, "decoder_layers", layers)
 
     @property
     def has_embedding(self) -> bool:
@@ -142,13 +149,20 @@ def parse_pipeline_layout(text: str) -> list[list[str]]:
     """Expand Megatron's ``pipeline_model_parallel_layout`` (e.g. ``Et|(tt|)*6mL``) into one token
     list per virtual stage. Tokens: E embedding, t transformer layer, m MTP layer, L loss
     (megatron/core/transformer/pipeline_parallel_layer_layout.py ``parse_str_to_list``)."""
+    return [list(stage) for stage in _parsed_layout(text)]
+
+
+@functools.lru_cache(maxsize=512)
+def _parsed_layout(text: str) -> tuple[tuple[str, ...], ...]:
+    # Cached (a pure function of the string): the planner re-reads the same few layouts for
+    # every candidate it checks and times.
     body = text.strip().strip("'\"")
     for _ in range(32):
         expanded = _LAYOUT_REPEAT.sub(lambda m: m.group(1) * int(m.group(2)), body)
         if expanded == body:
             break
         body = expanded
-    stages: list[list[str]] = []
+    stages: list[tuple[str, ...]] = []
     for part in body.split("|"):
         tokens: list[str] = []
         pos = 0
@@ -164,8 +178,33 @@ def parse_pipeline_layout(text: str) -> list[list[str]]:
                 )
             tokens.extend(match.group(1) * int(match.group(2) or 1))
             pos = match.end()
-        stages.append(tokens)
-    return stages
+        stages.append(tuple(tokens))
+    return tuple(stages)
+
+
+def check_pipeline_layout(model: ModelSpec, layout: ParallelLayout) -> None:
+    """Raise LcmoeError unless ``layout.pipeline_layout`` parses into pp·vpp stages placing every
+    decoder layer once (the checks of Megatron's PipelineParallelLayerLayout)."""
+    text = layout.pipeline_layout
+    if not text:
+        return
+    stage_tokens = _parsed_layout(text)
+    num_virtual = layout.pp * layout.vpp
+    if len(stage_tokens) != num_virtual:
+        raise LcmoeError(
+            "pipeline_layout",
+            text,
+            f"has {len(stage_tokens)} stages but pp·vpp = {num_virtual}",
+            "write one |-separated stage per virtual stage",
+        )
+    placed = sum(tokens.count("t") for tokens in stage_tokens)
+    if placed != model.num_layers:
+        raise LcmoeError(
+            "pipeline_layout",
+            text,
+            f"places {placed} transformer layers but the model has {model.num_layers}",
+            "make the count of t equal num_layers",
+        )
 
 
 def pipeline_stages(model: ModelSpec, layout: ParallelLayout) -> list[PipelineStage]:
@@ -178,17 +217,10 @@ def pipeline_stages(model: ModelSpec, layout: ParallelLayout) -> list[PipelineSt
     """
     num_virtual = layout.pp * layout.vpp
     if layout.pipeline_layout:
-        stage_tokens = parse_pipeline_layout(layout.pipeline_layout)
-        if len(stage_tokens) != num_virtual:
-            raise LcmoeError(
-                "pipeline_layout",
-                layout.pipeline_layout,
-                f"has {len(stage_tokens)} stages but pp·vpp = {num_virtual}",
-                "write one |-separated stage per virtual stage",
-            )
+        check_pipeline_layout(model, layout)
         chunks: list[ModelChunk] = []
         next_layer = 0
-        for tokens in stage_tokens:
+        for tokens in _parsed_layout(layout.pipeline_layout):
             count = tokens.count("t")
             chunks.append(
                 ModelChunk(
@@ -196,18 +228,16 @@ def pipeline_stages(model: ModelSpec, layout: ParallelLayout) -> list[PipelineSt
                 )
             )
             next_layer += count
-        if next_layer != model.num_layers:
-            raise LcmoeError(
-                "pipeline_layout",
-                layout.pipeline_layout,
-                f"places {next_layer} transformer layers but the model has {model.num_layers}",
-                "make the count of t equal num_layers",
-            )
     else:
         chunks = _even_chunks(model, layout, num_virtual)
     stages = []
     for rank in range(layout.pp):
-        stages.append(PipelineStage(rank, tuple(chunks[v * layout.pp + rank] for v in range(layout.vpp))))
+        own = tuple(chunks[v * layout.pp + rank] for v in range(layout.vpp))
+        groups: dict[tuple[bool, AttentionKind], list[int]] = {}
+        for chunk in own:
+            for layer in chunk.decoder_layers:
+                groups.setdefault(layer_signature(model, layer), [layer, 0])[1] += 1
+        stages.append(PipelineStage(rank, own, tuple((first, count) for first, count in groups.values())))
     return stages
 
 

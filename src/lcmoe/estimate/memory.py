@@ -29,10 +29,10 @@ from importlib import resources
 
 import yaml
 
-from lcmoe.estimate.params import AttentionKind, attention_kind, layer_params, layer_signature, mtp_extra_params
+from lcmoe.estimate.params import attention_kind, layer_params, layer_signature, mtp_extra_params
 from lcmoe.layout import ParallelLayout, PipelineStage, inflight_microbatch_chunks, pipeline_stages
 from lcmoe.specs.hardware import HardwareSpec
-from lcmoe.specs.model import ModelSpec
+from lcmoe.specs.model import AttentionKind, ModelSpec
 from lcmoe.workload import TrainingOptions
 
 BF16 = 2
@@ -92,14 +92,10 @@ def stage_params_per_gpu(model: ModelSpec, layout: ParallelLayout, stage: Pipeli
     (theoretical_memory_utils.py:546-612, per stage rather than first-stage only)."""
     dense = 0.0
     expert = 0.0
-    by_signature: dict[tuple[bool, AttentionKind], tuple[int, int]] = {}
-    for layer in stage.decoder_layers:
-        key = layer_signature(model, layer)
-        if key not in by_signature:
-            lp = layer_params(model, layer)
-            by_signature[key] = (lp.dense, lp.routed_experts)
-        dense += by_signature[key][0]
-        expert += by_signature[key][1]
+    for first, count in stage.layer_groups:
+        lp = layer_params(model, first)
+        dense += count * lp.dense
+        expert += count * lp.routed_experts
     if stage.mtp_layers:
         last = layer_params(model, model.num_layers - 1)
         dense += stage.mtp_layers * (last.dense + mtp_extra_params(model))

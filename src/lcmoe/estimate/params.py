@@ -8,16 +8,8 @@ as the router expert bias are not parameters). Symbols as in ``lcmoe.specs.model
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
-from lcmoe.specs.model import ModelSpec
-
-
-class AttentionKind(str, Enum):
-    MLA = "mla"
-    GQA = "gqa"
-    SWA = "swa"
-    GDN = "gdn"
+from lcmoe.specs.model import AttentionKind, ModelSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,19 +28,14 @@ class LayerParams:
 
 
 def attention_kind(spec: ModelSpec, layer: int) -> AttentionKind:
-    """Attention kind of decoder layer ``layer`` (0-based); MTP layers pass ``num_layers - 1``."""
-    if spec._linear_pattern[layer]:
-        return AttentionKind.GDN
-    if spec.multi_latent_attention:
-        return AttentionKind.MLA
-    if spec._window_pattern[layer]:
-        return AttentionKind.SWA
-    return AttentionKind.GQA
+    """Attention kind of decoder layer ``layer`` (0-based); MTP layers pass ``num_layers - 1``
+    (the rule is ``ModelSpec._attention_kinds``, cached on the frozen spec)."""
+    return spec._attention_kinds[layer]
 
 
 def layer_signature(spec: ModelSpec, layer: int) -> tuple[bool, AttentionKind]:
     """What makes two layers identical for every cost lcmoe computes: MoE or not, attention kind."""
-    return spec.is_moe_layer(layer), attention_kind(spec, layer)
+    return spec._layer_signatures[layer]
 
 
 def gqa_attention_params(spec: ModelSpec) -> int:

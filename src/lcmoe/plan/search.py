@@ -18,8 +18,14 @@ from dataclasses import dataclass, field, replace
 
 from lcmoe.errors import LcmoeError
 from lcmoe.estimate.memory import MemoryEstimate, estimate_memory, model_state_bytes, stage_params_per_gpu
-from lcmoe.estimate.time import TimeCoefficients, TimeEstimate, estimate_time
-from lcmoe.layout import ParallelLayout, auto_pipeline_layout, layers_split_evenly, pipeline_stages
+from lcmoe.estimate.time import TimeCoefficients, TimeEstimate, estimate_time, shipped_time_coefficients
+from lcmoe.layout import (
+    ParallelLayout,
+    PipelineStage,
+    auto_pipeline_layout,
+    layers_split_evenly,
+    pipeline_stages,
+)
 from lcmoe.rules.advice import Advice, advise, suggested_cp
 from lcmoe.rules.legality import violations
 from lcmoe.run import RunConfig, default_global_batch
@@ -250,12 +256,12 @@ def _fits(memory: MemoryEstimate, margin: float) -> bool:
     return memory.fits(margin)
 
 
-def static_lower_bound_fits(run: RunConfig, margin: float) -> bool:
+def static_lower_bound_fits(run: RunConfig, margin: float, stages: list[PipelineStage] | None = None) -> bool:
     """Cheap prune: weights + grads + the GPU share of the optimizer with everything offloaded
     must already fit, or no recompute or offload can save the layout."""
     capacity = (1 - margin) * run.hardware.hbm_bytes
     offloaded = replace(run.options, optimizer_offload_fraction=1.0)
-    for stage in pipeline_stages(run.model, run.layout):
+    for stage in stages or pipeline_stages(run.model, run.layout):
         params = stage_params_per_gpu(run.model, run.layout, stage)
         state = model_state_bytes(params, run.layout, offloaded)
         if state.weights + state.gradients > capacity:
@@ -293,6 +299,9 @@ def search(request: PlanRequest, progress: Callable[[int, int], None] | None = N
     """The full search; see the module docstring."""
     if request.num_gpus < 1:
         raise LcmoeError("--gpus", request.num_gpus, "must be at least 1", "e.g. --gpus 64")
+    # Resolved once instead of once per timed candidate.
+    coefficients = request.time_coefficients or shipped_time_coefficients(request.hardware.architecture)
+    request = replace(request, time_coefficients=coefficients)
     layouts = list(enumerate_layouts(request))
     searched = legal = 0
     evaluated: list[Plan] = []
@@ -300,6 +309,7 @@ def search(request: PlanRequest, progress: Callable[[int, int], None] | None = N
     for index, layout in enumerate(layouts):
         if progress:
             progress(index, len(layouts))
+        stages: list[PipelineStage] | None = None  # the same for every precision; built once legal
         for precision in precisions_for(request):
             options = base_options(request, precision)
             run = RunConfig(request.model, request.hardware, layout, options)
@@ -307,24 +317,16 @@ def search(request: PlanRequest, progress: Callable[[int, int], None] | None = N
             if violations(run, megatron_core_version=request.megatron_core_version):
                 continue
             legal += 1
-            if not static_lower_bound_fits(run, request.memory_margin):
+            stages = stages or pipeline_stages(run.model, run.layout)
+            if not static_lower_bound_fits(run, request.memory_margin, stages):
                 continue
-            fitted = _first_fitting(request, run)
+            fitted = _first_fitting(request, run, stages)
             if fitted is None:
                 if len(over) < 64:  # enough to name the closest plan when nothing fits
-                    memory = estimate_memory(run.model, run.hardware, run.layout, run.options)
-                    over.append(Plan(run, memory, estimate_time(run, request.time_coefficients)))
+                    memory = estimate_memory(run.model, run.hardware, run.layout, run.options, stages=stages)
+                    over.append(Plan(run, memory, estimate_time(run, request.time_coefficients, stages=stages)))
                 continue
-            best_variant: Plan | None = None
-            for variant in _variants(request, fitted):
-                if violations(variant, megatron_core_version=request.megatron_core_version):
-                    continue
-                memory = estimate_memory(variant.model, variant.hardware, variant.layout, variant.options)
-                if not _fits(memory, request.memory_margin):
-                    continue
-                plan = Plan(variant, memory, estimate_time(variant, request.time_coefficients))
-                if best_variant is None or plan.tokens_per_sec_per_gpu > best_variant.tokens_per_sec_per_gpu:
-                    best_variant = plan
+            best_variant = _fastest_fitting_variant(request, fitted, stages)
             if best_variant is not None:
                 evaluated.append(best_variant)
     if progress:
@@ -347,12 +349,29 @@ def search(request: PlanRequest, progress: Callable[[int, int], None] | None = N
     return result
 
 
-def _first_fitting(request: PlanRequest, run: RunConfig) -> RunConfig | None:
+def _fastest_fitting_variant(request: PlanRequest, fitted: RunConfig, stages: list[PipelineStage]) -> Plan | None:
+    """The fastest legal variant of ``fitted`` that still fits. Time does not depend on memory, so
+    the variants are timed first and memory is estimated fastest-first until one fits (most
+    variants fit, so this is usually one memory estimate instead of one per variant)."""
+    timed: list[tuple[RunConfig, TimeEstimate]] = []
+    for variant in _variants(request, fitted):
+        if violations(variant, megatron_core_version=request.megatron_core_version):
+            continue
+        timed.append((variant, estimate_time(variant, request.time_coefficients, stages=stages)))
+    # Stable sort: among equal predictions the first enumerated variant wins, as before.
+    timed.sort(key=lambda pair: -pair[1].tokens_per_sec_per_gpu)
+    for variant, time in timed:
+        memory = estimate_memory(variant.model, variant.hardware, variant.layout, variant.options, stages=stages)
+        if _fits(memory, request.memory_margin):
+            return Plan(variant, memory, time)
+    return None
+
+
+def _first_fitting(request: PlanRequest, run: RunConfig, stages: list[PipelineStage]) -> RunConfig | None:
     """The cheapest (recompute, offload) pair that fits. Per rung of the recompute ladder the
     needed offload fraction is solved from the optimizer bytes (memory falls linearly with it),
     rounded up to {0, .25, .5, .75, 1} and verified; the first rung that fits without offload
     ends the climb, and among the (at most two) fitting rungs the faster one wins."""
-    stages = pipeline_stages(run.model, run.layout)
     capacity = (1 - request.memory_margin) * run.hardware.hbm_bytes
     candidates: list[RunConfig] = []
     for granularity, modules in recompute_ladder(run.model):
@@ -389,7 +408,9 @@ def _first_fitting(request: PlanRequest, run: RunConfig) -> RunConfig | None:
             break
     if not candidates:
         return None
-    return max(candidates, key=lambda r: estimate_time(r, request.time_coefficients).tokens_per_sec_per_gpu)
+    return max(
+        candidates, key=lambda r: estimate_time(r, request.time_coefficients, stages=stages).tokens_per_sec_per_gpu
+    )
 
 
 def _parallel_key(plan: Plan) -> tuple[int, ...]:

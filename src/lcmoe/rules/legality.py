@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lcmoe.layout import layers_split_evenly, pipeline_stages
+from lcmoe.layout import check_pipeline_layout, layers_split_evenly
 from lcmoe.run import RunConfig
 
 
@@ -90,7 +90,7 @@ def _layers(r: RunConfig) -> str | None:
     lay = r.layout
     if lay.pipeline_layout:
         try:
-            pipeline_stages(r.model, lay)
+            check_pipeline_layout(r.model, lay)
         except Exception as exc:  # LcmoeError carries the sentence
             return str(exc)
         return None

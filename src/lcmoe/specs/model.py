@@ -16,6 +16,7 @@ Glossary (used in every formula docstring of lcmoe):
 from __future__ import annotations
 
 import re
+from enum import Enum
 from functools import cached_property
 from typing import Literal
 
@@ -49,6 +50,13 @@ class PublishedParams(BaseModel):
         not say which, so one whole unit is the honest bound.
         """
         return max(0.01 * value_billions, self.stated_unit_billions)
+
+
+class AttentionKind(str, Enum):
+    MLA = "mla"
+    GQA = "gqa"
+    SWA = "swa"
+    GDN = "gdn"
 
 
 class ModelSpec(BaseModel):
@@ -217,6 +225,26 @@ class ModelSpec(BaseModel):
         if self.window_attn_skip_freq is None:
             return (True,) * self.num_layers
         return tuple(_pattern(self.window_attn_skip_freq, self.num_layers, true_if_period_hit=False, offset=1))
+
+    @cached_property
+    def _attention_kinds(self) -> tuple[AttentionKind, ...]:
+        """Gated DeltaNet where the linear pattern says so, else MLA for MLA models, else sliding
+        window where the window pattern says so, else GQA."""
+
+        def kind(layer: int) -> AttentionKind:
+            if self._linear_pattern[layer]:
+                return AttentionKind.GDN
+            if self.multi_latent_attention:
+                return AttentionKind.MLA
+            if self._window_pattern[layer]:
+                return AttentionKind.SWA
+            return AttentionKind.GQA
+
+        return tuple(kind(layer) for layer in range(self.num_layers))
+
+    @cached_property
+    def _layer_signatures(self) -> tuple[tuple[bool, AttentionKind], ...]:
+        return tuple(zip(self._moe_pattern, self._attention_kinds, strict=True))
 
     def moe_layer_pattern(self) -> list[bool]:
         """True where decoder layer i is MoE: int f → i % f == 0; list → entry is 1."""
