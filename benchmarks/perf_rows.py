@@ -4,12 +4,14 @@ RunConfigs with the recipe settings behind each row, for the time-model fit and 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from benchmarks.published import as_float, as_int, catalog_model_for_row, read_rows
 from lcmoe.catalog import load_hardware, load_model
 from lcmoe.errors import LcmoeError
+from lcmoe.estimate.memory import estimate_memory
 from lcmoe.layout import ParallelLayout
+from lcmoe.plan.search import recompute_ladder
 from lcmoe.run import RunConfig, build_layout, resolve_pipeline_layout
 from lcmoe.workload import TrainingOptions
 
@@ -151,6 +153,22 @@ def _run_for(row: dict[str, str], recipe: dict[str, str], spec: object) -> RunCo
     return RunConfig(spec, hardware, layout, options)
 
 
+def narrowest_fitting_selective(run: RunConfig) -> RunConfig:
+    """``run`` with the narrowest selective set of lcmoe's recompute ladder that fits its GPU.
+
+    For card rows that state selective recompute without naming the modules: the run ran, so it
+    fit, and the narrowest fitting set is the one that costs least time (the ladder's order,
+    LC-RECOMPUTE-SELECTIVE). Falls back to ``run`` unchanged when no selective set fits."""
+    for granularity, modules in recompute_ladder(run.model):
+        if granularity != "selective":
+            continue
+        trial = replace(run, options=replace(run.options, recompute_granularity="selective", recompute_modules=modules))
+        memory = estimate_memory(trial.model, trial.hardware, trial.layout, trial.options)
+        if memory.fits(0.0):
+            return trial
+    return run
+
+
 def long_context_cases(path: str) -> tuple[list[PerfCase], list[dict[str, str]]]:
     """long_context.csv rows. The DSV3 H100 CP series publishes the full layout only at 128K and
     256K; the shorter points share it (TP1 EP32 PP8 VPP4, CP as published, DP = GPUs/(PP·CP)),
@@ -174,7 +192,9 @@ def long_context_cases(path: str) -> tuple[list[PerfCase], list[dict[str, str]]]
         if name == "deepseek-v3":
             tp, ep, pp, vpp = 1, 32, 8, 4
             precision, dispatcher = "fp8-blockwise", "deepep"
-            # The card documents this recompute set for the 128K/256K rows only.
+            # The card documents this recompute set for the 128K/256K rows only; between the
+            # shortest context and 128K it says only that selective recompute was used
+            # (narrowest_fitting_selective picks the set below).
             granularity, modules = (
                 ("selective", frozenset({"mla_up_proj", "layernorm", "moe", "mlp"}))
                 if (seq >= 131072)
@@ -208,12 +228,15 @@ def long_context_cases(path: str) -> tuple[list[PerfCase], list[dict[str, str]]]
             main_grads_dtype="bf16",
             exp_avg_dtype="bf16",
         )
+        run = RunConfig(spec, hardware, layout, options)
+        if name == "deepseek-v3" and 4096 < seq < 131072:
+            run = narrowest_fitting_selective(run)
         cases.append(
             PerfCase(
                 label,
                 f"{name}/{row['gpu']}/{LONG_CONTEXT}",
                 name,
-                RunConfig(spec, hardware, layout, options),
+                run,
                 tflops,
                 LONG_CONTEXT,
             )

@@ -93,6 +93,10 @@ def overrides_from_run(run: RunConfig) -> dict[str, Any]:
         out["model.account_for_loss_in_pipeline_split"] = False
         out["model.num_layers_in_first_pipeline_stage"] = None
         out["model.num_layers_in_last_pipeline_stage"] = None
+    else:
+        # Cleared, not omitted: a recipe's own layout (DeepSeek-V3 ships one for its PP) would
+        # otherwise survive, and Bridge would derive VPP = its stage count / PP from it.
+        out["model.pipeline_model_parallel_layout"] = None
     # Every recompute field is written, so nothing a recipe set survives: Bridge's EP-overlap
     # setup refuses a leftover "moe" module, method or layer count even when granularity is None
     # (comm_overlap.py:498-511; the Qwen3-Next recipe sets [layernorm, moe, moe_act]).
