@@ -173,7 +173,9 @@ def long_context_cases(path: str) -> tuple[list[PerfCase], list[dict[str, str]]]
     """long_context.csv rows. The DSV3 H100 CP series publishes the full layout only at 128K and
     256K; the shorter points share it (TP1 EP32 PP8 VPP4, CP as published, DP = GPUs/(PP·CP)),
     as the card states the family changes only CP. GBS is not published: 32 microbatches per
-    pipeline are assumed (bubble (PP−1)/(VPP·M) ≈ 5%)."""
+    pipeline are assumed (bubble (PP−1)/(VPP·M) ≈ 5%). Recompute is published at 128K/256K;
+    the 16K–64K points, for which the card says only "selective", take the narrowest selective
+    set that fits (narrowest_fitting_selective); the 4K baseline none."""
     cases, skipped = [], []
     for row in read_rows(path):
         label = f"{row['model']} {row['gpu']}x{row['num_gpus']} {row['seq_len']}"
