@@ -142,26 +142,6 @@ def attention_efficiency_on_counted_flops(forward: float, backward: float) -> fl
     return 3.0 / (1.0 / forward + 2.5 / backward)
 
 
-# The measured range of attention_efficiency per family, at the family's reference GPU (H100,
-# B200), from kernels-and-links.md §8 "BF16 causal, ≥ 8K" rows (forward low/high, backward
-# low/high): H100 0.61–0.70 / 0.55–0.59, B200 0.59–0.72 / 0.43–0.60, combined on Bridge's count
-# and divided by the saturation at a 16K chunk (0.94: the coefficient is the long-chunk asymptote).
-# The shipped fit keeps the coefficient inside it: at 4K tokens (most published rows) attention is
-# a fifth of the step and the data cannot tell it from the other terms, so the kernel measurements
-# decide, and the long-context predictions (where attention is most of the step) follow them.
-_AT_16K = 16384 / (16384 + TimeCoefficients().attention_half_chunk)
-ATTENTION_EFFICIENCY_MEASURED: dict[str, tuple[float, float]] = {
-    "hopper": (
-        attention_efficiency_on_counted_flops(0.61, 0.55) / _AT_16K,
-        attention_efficiency_on_counted_flops(0.70, 0.59) / _AT_16K,
-    ),
-    "blackwell": (
-        attention_efficiency_on_counted_flops(0.59, 0.43) / _AT_16K,
-        attention_efficiency_on_counted_flops(0.72, 0.60) / _AT_16K,
-    ),
-}
-
-
 _DISPATCHER_RELATIVE = {"alltoall": 0.75, "allgather": 0.6, "deepep": 1.0, "hybridep": 1.1}
 # Dispatchers that block the host on a device-to-host copy of the per-expert token counts in every
 # MoE layer (the all-to-all split sizes; Megatron token_dispatcher.py ``cuda_sync_point`` /
@@ -308,6 +288,26 @@ def attention_saturation(chunk: float, c: TimeCoefficients) -> float:
     return chunk / (chunk + c.attention_half_chunk)
 
 
+# The measured range of attention_efficiency per family, at the family's reference GPU (H100,
+# B200), from kernels-and-links.md §8 "BF16 causal, ≥ 8K" rows (forward low/high, backward
+# low/high): H100 0.61–0.70 / 0.55–0.59, B200 0.59–0.72 / 0.43–0.60, combined on Bridge's count
+# and divided by the saturation at a 16K chunk (0.94: the coefficient is the long-chunk asymptote).
+# The shipped fit keeps the coefficient inside it: at 4K tokens (most published rows) attention is
+# a fifth of the step and the data cannot tell it from the other terms, so the kernel measurements
+# decide, and the long-context predictions (where attention is most of the step) follow them.
+_AT_16K = attention_saturation(16384, TimeCoefficients())
+ATTENTION_EFFICIENCY_MEASURED: dict[str, tuple[float, float]] = {
+    "hopper": (
+        attention_efficiency_on_counted_flops(0.61, 0.55) / _AT_16K,
+        attention_efficiency_on_counted_flops(0.70, 0.59) / _AT_16K,
+    ),
+    "blackwell": (
+        attention_efficiency_on_counted_flops(0.59, 0.43) / _AT_16K,
+        attention_efficiency_on_counted_flops(0.72, 0.60) / _AT_16K,
+    ),
+}
+
+
 # ----- amounts (coefficient-free) ------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class LayerAmounts:
@@ -379,8 +379,9 @@ class RunAmounts:
     world_size: int
 
 
-def _layer_amounts(run: RunConfig, layer: int, count: int, no_recompute: TrainingOptions) -> LayerAmounts:
-    """``no_recompute``: the run's options without recompute (what the forward touches once)."""
+def _layer_amounts(run: RunConfig, layer: int, no_recompute: TrainingOptions) -> LayerAmounts:
+    """One layer's amounts (count 1; the stage sets its group's count). ``no_recompute``: the
+    run's options without recompute (what the forward touches once)."""
     model, layout, options = run.model, run.layout, run.options
     shape = token_shape(layout, options)
     tokens = options.seq_len * layout.mbs / (layout.tp * layout.cp)  # this GPU's share of the microbatch
@@ -408,7 +409,7 @@ def _layer_amounts(run: RunConfig, layer: int, count: int, no_recompute: Trainin
         ep_bytes = 2 * td * model.hidden_size * (dispatch + BF16)
     tp_bytes = 8 * (layout.tp - 1) / layout.tp * shape.tokens * model.hidden_size * BF16 if layout.tp > 1 else 0.0
     return LayerAmounts(
-        count=count,
+        count=1,
         dense_flops=f.dense_gemm * tokens,
         expert_flops=f.expert_gemm * tokens,
         attention_flops=f.attention_core * tokens,
@@ -435,14 +436,13 @@ def _stage_amounts(
     # MTP layers are transformer layers of the last decoder layer's kind.
     counts = {layer_signature(model, first): [first, count] for first, count in stage.layer_groups}
     if stage.mtp_layers:
-        counts.setdefault(layer_signature(model, model.num_layers - 1), [model.num_layers - 1, 0])[1] += (
-            stage.mtp_layers
-        )
+        last = model.num_layers - 1
+        counts.setdefault(layer_signature(model, last), [last, 0])[1] += stage.mtp_layers
     if any(key not in per_signature for key in counts):
         no_recompute = replace(options, recompute_granularity="none", recompute_modules=frozenset())
         for key, (first, _) in counts.items():
             if key not in per_signature:
-                per_signature[key] = _layer_amounts(run, first, 1, no_recompute)
+                per_signature[key] = _layer_amounts(run, first, no_recompute)
     groups = tuple(replace(per_signature[key], count=count) for key, (_, count) in counts.items())
     tokens = options.seq_len * layout.mbs / (layout.tp * layout.cp)
     logits = 0.0
