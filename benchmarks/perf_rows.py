@@ -26,6 +26,9 @@ class PerfCase:
     run: RunConfig
     published_tflops: float
     container: str = "long-context"  # the NeMo container of the published run
+    # perf_recipes.csv ``match``: "exact" when the traced recipe has the published layout,
+    # "partial" when they disagree (the published layout is then used); "card" for long_context.csv.
+    recipe_match: str = "card"
 
 
 LONG_CONTEXT = "long-context"
@@ -107,7 +110,7 @@ def perf_cases(summary_path: str, recipes_path: str) -> tuple[list[PerfCase], li
             skipped.append({"row": label, "reason": str(exc)})
             continue
         group = f"{spec.name}/{row['gpu']}/{row['container']}"
-        cases.append(PerfCase(label, group, spec.name, run, tflops, row["container"]))
+        cases.append(PerfCase(label, group, spec.name, run, tflops, row["container"], recipe.get("match", "exact")))
     return cases, skipped
 
 
@@ -147,7 +150,10 @@ def _run_for(row: dict[str, str], recipe: dict[str, str], spec: object) -> RunCo
         dispatcher=dispatcher,
         cuda_graph_scope=_graphs(recipe.get("cuda_graph_effective", "")),
         overlap_moe_expert_parallel_comm=recipe.get("a2a_overlap_effective") == "True",
-        main_grads_dtype="bf16" if recipe.get("use_precision_aware_optimizer") == "True" else "fp32",
+        # Every perf recipe sets ddp.grad_reduce_in_fp32=False (set_llama3_common_configs,
+        # set_deepseek_v3_common_configs, perf_recipes/_common.py _perf_precision; facts §2): the
+        # DDP gradient buffer is BF16.
+        main_grads_dtype="bf16",
         exp_avg_dtype="bf16" if recipe.get("use_precision_aware_optimizer") == "True" else "fp32",
     )
     return RunConfig(spec, hardware, layout, options)
@@ -174,8 +180,9 @@ def long_context_cases(path: str) -> tuple[list[PerfCase], list[dict[str, str]]]
     256K; the shorter points share it (TP1 EP32 PP8 VPP4, CP as published, DP = GPUs/(PP·CP)),
     as the card states the family changes only CP. GBS is not published: 32 microbatches per
     pipeline are assumed (bubble (PP−1)/(VPP·M) ≈ 5%). Recompute is published at 128K/256K;
-    the 16K–64K points, for which the card says only "selective", take the narrowest selective
-    set that fits (narrowest_fitting_selective); the 4K baseline none."""
+    the 4K–64K points, for which the card says only "selective" (it beats full recompute "past
+    the shortest contexts"), take the narrowest selective set that fits
+    (narrowest_fitting_selective): with none the 4K baseline needs 1.75× the H100's memory."""
     cases, skipped = [], []
     for row in read_rows(path):
         label = f"{row['model']} {row['gpu']}x{row['num_gpus']} {row['seq_len']}"
@@ -203,7 +210,7 @@ def long_context_cases(path: str) -> tuple[list[PerfCase], list[dict[str, str]]]
                 else ("none", frozenset())
             )
             graphs: frozenset[str] = frozenset()
-            offload = 1.0 if seq > 4096 else 0.0
+            offload = 1.0  # the family changes only CP, and its long-context points all offload
         else:
             tp, ep, pp, vpp = (4, 32, 4, 12) if seq > 4096 else (1, 32, 8, 3)
             precision, dispatcher = "bf16", "hybridep"
@@ -231,7 +238,7 @@ def long_context_cases(path: str) -> tuple[list[PerfCase], list[dict[str, str]]]
             exp_avg_dtype="bf16",
         )
         run = RunConfig(spec, hardware, layout, options)
-        if name == "deepseek-v3" and 4096 < seq < 131072:
+        if name == "deepseek-v3" and seq < 131072:
             run = narrowest_fitting_selective(run)
         cases.append(
             PerfCase(

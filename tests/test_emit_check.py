@@ -168,3 +168,15 @@ def test_megatron_lm_args_carry_the_layout() -> None:
     args = megatron_lm_args(make_run())
     assert "--context-parallel-size=32" in args and "--expert-model-parallel-size=32" in args
     assert any(a.startswith("--pipeline-model-parallel-layout=") for a in args)
+
+
+def test_reader_takes_bf16_gradient_buffer_from_ddp_flag() -> None:
+    """Perf recipes set ddp.grad_reduce_in_fp32=False: the DDP gradient buffer is BF16."""
+    from lcmoe.catalog import load_hardware, load_model
+    from lcmoe.config_io.bridge import run_from_overrides
+
+    spec, gpu = load_model("qwen3-30b-a3b"), load_hardware("h100")
+    base = {"model.expert_model_parallel_size": 8}
+    fp32 = run_from_overrides(base, model=spec, hardware=gpu, num_gpus=8)
+    bf16 = run_from_overrides({**base, "ddp.grad_reduce_in_fp32": False}, model=spec, hardware=gpu, num_gpus=8)
+    assert (fp32.options.main_grads_dtype, bf16.options.main_grads_dtype) == ("fp32", "bf16")

@@ -257,7 +257,12 @@ def run_from_overrides(
             or _get(values, "model.overlap_moe_expert_parallel_comm", False)
         ),
         distributed_optimizer=bool(_get(values, "ddp.use_distributed_optimizer", True)),
-        main_grads_dtype="bf16" if aware and _get(values, "optimizer.main_grads_dtype", "bf16") == "bf16" else "fp32",
+        # A BF16 DDP gradient buffer: the precision-aware optimizer's main grads, or
+        # ddp.grad_reduce_in_fp32=False as every perf recipe sets (facts §2).
+        main_grads_dtype="bf16"
+        if (aware and _get(values, "optimizer.main_grads_dtype", "bf16") == "bf16")
+        or _get(values, "ddp.grad_reduce_in_fp32", True) in (False, "false", "False")
+        else "fp32",
         exp_avg_dtype="bf16" if aware and _get(values, "optimizer.exp_avg_dtype", "bf16") == "bf16" else "fp32",
         optimizer_offload_fraction=offload,
     )

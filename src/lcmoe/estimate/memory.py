@@ -37,7 +37,12 @@ from lcmoe.workload import TrainingOptions
 
 BF16 = 2
 FP32 = 4
-FULL_ITERATION_POOL_SHARE = 0.4
+# Bridge's full-iteration CUDA-graph bundle for dropless MoE pads every expert tensor to a static
+# per-rank token budget and stashes what backward needs in preallocated GPU pages
+# (perf_recipes ``set_full_iter_cg_configs``: moe_expert_rank_capacity_factor=1.5,
+# moe_paged_stash=True, moe_paged_stash_buffer_size_factor_cuda=1.2; facts §7).
+FULL_ITERATION_RANK_CAPACITY = 1.5
+FULL_ITERATION_STASH_FACTOR = 1.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,13 +220,30 @@ def token_shape(layout: ParallelLayout, options: TrainingOptions) -> TokenShape:
     )
 
 
-def norm_bytes(shape: TokenShape, h: int, options: TrainingOptions) -> float:
+def norm_bytes(shape: TokenShape, h: int, options: TrainingOptions, *, standalone: bool) -> float:
     """A pre-norm block stores the norm input 2·T·h/sp and its output a·T·h/sp (the next GEMM's
-    input); selective ``layernorm`` recompute drops the output."""
+    input). Selective ``layernorm`` recompute drops the output only of a standalone norm module:
+    Megatron checkpoints a norm only when it is not an IdentityOp (transformer_layer.py,
+    TransformerLayer.__init__, ``recompute_input_layernorm`` / ``recompute_pre_mlp_layernorm``).
+    With the TE layer spec the attention norm of GQA/SWA and Gated DeltaNet blocks and the dense
+    MLP's norm are fused into the next GEMM (TELayerNormColumnParallelLinear saves the same two
+    tensors) and stay stored; MLA's input norm and the MoE block's pre-MLP norm are standalone
+    TENorm modules (gpt_layer_specs.py, ``pre_mlp_layernorm=TENorm if num_experts else
+    IdentityOp``; the MLA spec's ``input_layernorm=TENorm``)."""
     stored = BF16 * shape.tokens * h / shape.sp
-    if not options.recomputes("layernorm"):
+    if not (standalone and options.recomputes("layernorm")):
         stored += shape.stored_gemm_input * shape.tokens * h / shape.sp
     return stored
+
+
+def moe_norm_recompute_allowed(options: TrainingOptions) -> bool:
+    """Megatron keeps the MoE pre-MLP norm output when the TE CUDA graph captures the router but
+    not the alltoall preprocess: the output is then a static graph buffer that cannot be freed
+    (transformer_layer.py, ``can_recompute_pre_mlp_layernorm_for_cudagraph``)."""
+    scopes = options.cuda_graph_scope
+    if "moe_router" not in scopes:
+        return True
+    return "moe_preprocess" in scopes and options.dispatcher == "alltoall"
 
 
 def dropout_mask_bytes(shape: TokenShape, h: int, probability: float) -> float:
@@ -254,7 +276,7 @@ def gqa_attention_activation_bytes(model: ModelSpec, shape: TokenShape, options:
     q = model.num_attention_heads * model.head_dim
     kv = model.query_groups * model.head_dim
     gate = q if model.attention_output_gate else 0
-    stored = norm_bytes(shape, h, options)
+    stored = norm_bytes(shape, h, options, standalone=False)
     stored += BF16 * shape.tokens * (q + gate + 2 * kv) / shape.tp
     if model.qk_layernorm:
         stored += BF16 * shape.tokens * (q + kv) / shape.tp
@@ -274,7 +296,7 @@ def mla_attention_activation_bytes(model: ModelSpec, shape: TokenShape, options:
     h, n = model.hidden_size, model.num_attention_heads
     dn, dr, dv = model.qk_head_dim, model.qk_pos_emb_head_dim, model.v_head_dim
     rq, rkv = model.q_lora_rank or 0, model.kv_lora_rank
-    stored = norm_bytes(shape, h, options)
+    stored = norm_bytes(shape, h, options, standalone=True)
     stored += 2 * BF16 * shape.tokens * (rq + rkv + dr) / shape.sp
     if not options.recomputes("mla_up_proj"):
         stored += BF16 * shape.tokens * n * (2 * (dn + dr) + dv) / shape.tp
@@ -291,7 +313,7 @@ def gdn_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingO
     qk = model.linear_num_key_heads * model.linear_key_head_dim
     nv = model.linear_num_value_heads
     vd = nv * model.linear_value_head_dim
-    stored = norm_bytes(shape, h, options)
+    stored = norm_bytes(shape, h, options, standalone=False)
     stored += BF16 * shape.tokens * ((2 * qk + 2 * vd + 2 * nv) + (2 * qk + vd) + 3 * vd) / shape.tp
     return stored + dropout_mask_bytes(shape, h, options.hidden_dropout)
 
@@ -304,16 +326,24 @@ def dense_mlp_activation_bytes(
     h = model.hidden_size
     if options.recomputes("mlp"):
         return BF16 * shape.tokens * h / shape.sp + dropout_mask_bytes(shape, h, options.hidden_dropout)
-    stored = norm_bytes(shape, h, options)
+    stored = norm_bytes(shape, h, options, standalone=False)
     glu = 2 if model.gated_linear_unit else 1
     stored += BF16 * shape.tokens * ffn * glu / tp + shape.stored_gemm_input * shape.tokens * ffn / tp
     return stored + dropout_mask_bytes(shape, h, options.hidden_dropout)
 
 
-def dispatched_tokens(model: ModelSpec, shape: TokenShape, options: TrainingOptions) -> float:
+def dispatched_tokens(
+    model: ModelSpec, shape: TokenShape, options: TrainingOptions, *, static_factor: float = FULL_ITERATION_STASH_FACTOR
+) -> float:
     """Tokens one GPU's local experts process: T/sp local tokens × top-k, gathered over ETP, times
-    the load-imbalance factor (1 under forced balance)."""
-    return shape.tokens / shape.sp * model.moe_router_topk * shape.etp * options.moe_token_imbalance
+    the load-imbalance factor (1 under forced balance). A full-iteration CUDA graph needs static
+    shapes, so its buffers are sized for ``static_factor`` × the balanced count when that is
+    larger: the paged stash (1.2) for what backward keeps, the rank capacity (1.5) for the
+    per-layer dispatch buffers."""
+    factor = options.moe_token_imbalance
+    if "full_iteration" in options.cuda_graph_scope:
+        factor = max(factor, static_factor)
+    return shape.tokens / shape.sp * model.moe_router_topk * shape.etp * factor
 
 
 def moe_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions) -> float:
@@ -327,7 +357,7 @@ def moe_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingO
     if options.recomputes("moe"):
         return BF16 * shape.tokens * h / shape.sp + dropout_mask_bytes(shape, h, options.hidden_dropout)
     experts = model.num_moe_experts or 0
-    stored = norm_bytes(shape, h, options)
+    stored = norm_bytes(shape, h, options, standalone=moe_norm_recompute_allowed(options))
     router_bytes = FP32 if options.moe_router_dtype_fp32 else BF16
     stored += 2 * router_bytes * shape.tokens / shape.sp * experts
     td = dispatched_tokens(model, shape, options)
@@ -364,19 +394,24 @@ def layer_activation_bytes(
 
 def activation_offload_saving(model: ModelSpec, layer: int, shape: TokenShape, options: TrainingOptions) -> float:
     """Fine-grained activation offloading (``--offload-modules``) moves a module's saved inputs
-    to the host: attn_norm / mlp_norm the norm inputs 2·T·h/sp; qkv_linear the QKV input
-    a·T·h/sp; core_attn everything core attention saves (Q, K, V, output); attn_proj the
-    projection input; expert_fc1 the expert FC1 input a·Td·h; moe_act the activation output."""
+    to the host: attn_norm / mlp_norm the norm inputs 2·T·h/sp (standalone norms only: MLA's
+    input norm, the MoE pre-MLP norm); qkv_linear the QKV input a·T·h/sp (gone when a
+    standalone norm's output is recomputed); core_attn everything core attention saves (Q, K, V,
+    output); attn_proj the projection input; expert_fc1 the expert FC1 input a·Td·h; moe_act the
+    activation output."""
     mods = options.activation_offload_modules
     if not mods:
         return 0.0
     h = model.hidden_size
     saving = 0.0
-    if "attn_norm" in mods:
+    standalone_attn_norm = attention_kind(model, layer) is AttentionKind.MLA
+    # Megatron offloads only standalone norms (transformer_layer.py ``offload_attn_norm`` /
+    # ``offload_mlp_norm`` require a norm that is not an IdentityOp; see norm_bytes).
+    if "attn_norm" in mods and standalone_attn_norm:
         saving += BF16 * shape.tokens * h / shape.sp
-    if "mlp_norm" in mods:
+    if "mlp_norm" in mods and model.is_moe_layer(layer):
         saving += BF16 * shape.tokens * h / shape.sp
-    if "qkv_linear" in mods and not options.recomputes("layernorm"):
+    if "qkv_linear" in mods and not (standalone_attn_norm and options.recomputes("layernorm")):
         saving += shape.stored_gemm_input * shape.tokens * h / shape.sp
     if "core_attn" in mods and attention_kind(model, layer) is not AttentionKind.GDN:
         q = model.num_attention_heads * model.head_dim
@@ -466,7 +501,7 @@ def moe_dispatch_transient_bytes(model: ModelSpec, shape: TokenShape, options: T
     if not model.is_moe:
         return 0.0
     h = model.hidden_size
-    td = dispatched_tokens(model, shape, options)
+    td = dispatched_tokens(model, shape, options, static_factor=FULL_ITERATION_RANK_CAPACITY)
     if options.dispatcher == "allgather":
         return BF16 * shape.tokens / shape.sp * shape.tp * shape.ep * h + 2 * BF16 * td * h
     return 2 * BF16 * td * h
@@ -656,7 +691,7 @@ def stage_memory(
     # every other moment of every stage peaks in a layer's backward (its working set plus the
     # MoE dispatch buffers). Both sit on top of the stored activations.
     dynamic = activations + max(logits, transient)
-    graphs = cuda_graph_pool_bytes(model, shape, options, stage, dynamic)
+    graphs = cuda_graph_pool_bytes(model, shape, options, stage)
     persistent = static + workspace + graphs
     peak_allocated = max(persistent - moments + dynamic, persistent) if first_step else persistent + dynamic
     overhead = (state.weights + state.gradients + state.optimizer) * c.state_overhead_fraction
@@ -700,23 +735,23 @@ def stage_memory(
     )
 
 
-def cuda_graph_pool_bytes(
-    model: ModelSpec, shape: TokenShape, options: TrainingOptions, stage: PipelineStage, dynamic_bytes: float
-) -> float:
+def cuda_graph_pool_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions, stage: PipelineStage) -> float:
     """CUDA-graph memory the caching allocator cannot share with eager tensors (allocated).
 
     TE-scoped graphs keep static input and output buffers of 2·T·h/sp BF16 per graphed module
     and layer for the whole run (graphs of successive microbatches share them):
     2·(2·T·h/sp)·scopes·layers (megatron/core/transformer/cuda_graphs.py; the cuda-graphs
-    skill's "a few GB", facts §6.5). Full-iteration graphs capture the whole step, so the pool
-    holds the step's activation working set again, + (activations + logits + transients):
-    the skill's "1.5–2× peak".
+    skill's "a few GB", facts §6.5). A full-iteration graph captures forward and backward of
+    every microbatch into one private pool that is reused during capture as the eager
+    allocator would be (Bridge sets ``graph_capture_record_stream_reuse:True`` so side-stream
+    frees are reused too), so it adds no term here: its cost is the static MoE token budget
+    (dispatched_tokens). The skill's "1.5–2× peak" describes capture without that reuse, which
+    the published full-iteration runs (Qwen3-30B on 8 GB200 at MBS 4, Llama3-70B NVFP4) rule
+    out for the current recipes.
     """
     scope = options.cuda_graph_scope
-    if not scope:
+    if not scope or "full_iteration" in scope:
         return 0.0
-    if "full_iteration" in scope:
-        return FULL_ITERATION_POOL_SHARE * dynamic_bytes
     per_buffer = BF16 * shape.tokens * model.hidden_size / shape.sp
     layers = len(stage.decoder_layers) + stage.mtp_layers
     return 2 * per_buffer * len(scope) * layers

@@ -654,7 +654,7 @@ def recompute_seconds(
     whole layer (forward compute, elementwise, and the layer's forward EP comm); selective
     replays only the named modules (core_attn: attention forward; mla_up_proj: the up
     projections; mlp: the dense MLP; moe: expert + shared GEMMs and dispatch; moe_act,
-    layernorm: their elementwise share)."""
+    layernorm: their elementwise share, where the module exists)."""
     forward = (dense + experts + attention) / 3
     if a.recompute_granularity == "full":
         return forward + elementwise / 3 + ep / 2
@@ -672,9 +672,12 @@ def recompute_seconds(
         extra += experts / 3 + g.dense_mlp_flops / gemm / 3 + ep / 2
     if "shared_experts" in mods and g.is_moe:
         extra += g.dense_mlp_flops / gemm / 3
-    for small in ("moe_act", "layernorm"):
-        if small in mods:
-            extra += 0.1 * elementwise / 3
+    if "moe_act" in mods and g.is_moe:
+        extra += 0.1 * elementwise / 3
+    # Only a standalone norm is replayed: MLA's input norm and the MoE pre-MLP norm (the others
+    # are fused into the next GEMM and never checkpointed; memory.norm_bytes).
+    if "layernorm" in mods and (g.is_moe or g.up_projection_flops > 0):
+        extra += 0.1 * elementwise / 3
     return extra
 
 

@@ -200,11 +200,13 @@ def recompute_ladder(model: ModelSpec) -> list[tuple[RecomputeGranularity, froze
     if model.is_moe:
         sets.append({"moe_act"})
         sets.append({"moe_act", "layernorm"})
-    else:
-        sets.append({"layernorm"})
     if model.multi_latent_attention:
         sets.append({"mla_up_proj", "layernorm"} | ({"moe_act"} if model.is_moe else set()))
-    widest = {"layernorm", "mlp"} | ({"mla_up_proj"} if model.multi_latent_attention else set())
+    # layernorm recompute reaches only standalone norms (MoE pre-MLP, MLA input); a dense GQA
+    # model's norms are fused into the next GEMM (estimate.memory.norm_bytes).
+    standalone_norms = model.is_moe or model.multi_latent_attention
+    widest = {"mlp"} | ({"layernorm"} if standalone_norms else set())
+    widest |= {"mla_up_proj"} if model.multi_latent_attention else set()
     if model.is_moe:
         sets.append(widest | {"moe_act"})
         sets.append(widest | {"moe"})
