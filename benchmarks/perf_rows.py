@@ -4,14 +4,12 @@ RunConfigs with the recipe settings behind each row, for the time-model fit and 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from benchmarks.published import as_float, as_int, catalog_model_for_row, read_rows
 from lcmoe.catalog import load_hardware, load_model
 from lcmoe.errors import LcmoeError
-from lcmoe.estimate.memory import estimate_memory
-from lcmoe.layout import ParallelLayout
-from lcmoe.plan.search import recompute_ladder
+from lcmoe.layout import ParallelLayout, check_pipeline_layout
 from lcmoe.run import RunConfig, build_layout, resolve_pipeline_layout
 from lcmoe.workload import TrainingOptions
 
@@ -52,12 +50,16 @@ def container_factor(coefficients: object, container: str) -> float:
     return float(factors.get(container, 1.0))
 
 
-def _precision(norm: str, fp8_recipe: str, gpu: str) -> str:
-    if norm == "fp8_mx":
+def _precision(norm: str, recipe: dict[str, str]) -> str:
+    """lcmoe's precision for a published row. The 25.09 tables publish no precision column; the
+    traced recipe's variant (fp8_cs, fp8_mx, fp8_ss) and fp8_recipe say what ran."""
+    norm = norm or recipe.get("recipe_variant", "")
+    fp8_recipe = recipe.get("fp8_recipe", "")
+    if norm == "fp8_mx" or fp8_recipe == "mxfp8":
         return "mxfp8"
     if norm == "nvfp4":
         return "nvfp4"
-    if norm == "fp8_cs":
+    if norm in ("fp8_cs", "fp8_ss"):
         return "fp8-blockwise" if "blockwise" in fp8_recipe else "fp8-tensorwise"
     return "bf16"
 
@@ -81,6 +83,18 @@ def _graphs(text: str) -> frozenset[str]:
     return frozenset(scopes & {"attn", "mlp", "moe", "moe_router", "moe_preprocess"})
 
 
+def _recipe_for(row: dict[str, str], recipes: dict[tuple[str, ...], dict[str, str]]) -> dict[str, str] | None:
+    """The traced recipe of a published row. The 25.09 tables label MoE rows "(dropless)" or
+    "(tokendrop)" where the recipe trace names the base model: a dropless row joins on the base
+    model when the recipe agrees (token_drop False). Token-dropping runs (capacity factor, padded
+    expert inputs) are outside what lcmoe models, so they get no recipe."""
+    recipe = recipes.get(tuple(row[k] for k in JOIN_KEY))
+    if recipe is not None or row.get("model_qualifier") != "dropless":
+        return recipe
+    base = recipes.get(tuple(row["model_base"] if k == "model" else row[k] for k in JOIN_KEY))
+    return base if base is not None and base.get("token_drop") == "False" else None
+
+
 def perf_cases(summary_path: str, recipes_path: str) -> tuple[list[PerfCase], list[dict[str, str]]]:
     recipes = {tuple(r[k] for k in JOIN_KEY): r for r in read_rows(recipes_path)}
     cases, skipped = [], []
@@ -88,7 +102,7 @@ def perf_cases(summary_path: str, recipes_path: str) -> tuple[list[PerfCase], li
         label = f"{row['container']} {row['model']} {row['gpu']}x{row['num_gpus']} {row['precision']} {row['variant']}"
         spec = catalog_model_for_row(row)
         tflops = as_float(row.get("model_tflops_per_gpu"))
-        recipe = recipes.get(tuple(row[k] for k in JOIN_KEY))
+        recipe = _recipe_for(row, recipes)
         reason = None
         if spec is None:
             reason = "model not in catalog"
@@ -144,7 +158,7 @@ def _run_for(row: dict[str, str], recipe: dict[str, str], spec: object) -> RunCo
     )
     options = TrainingOptions(
         seq_len=as_int(row.get("seq_len"), 4096),
-        precision=_precision(row.get("precision_norm", ""), recipe.get("fp8_recipe", ""), row["gpu"]),
+        precision=_precision(row.get("precision_norm", ""), recipe),
         recompute_granularity=granularity,  # type: ignore[arg-type]
         recompute_modules=modules,
         dispatcher=dispatcher,
@@ -156,33 +170,21 @@ def _run_for(row: dict[str, str], recipe: dict[str, str], spec: object) -> RunCo
         main_grads_dtype="bf16",
         exp_avg_dtype="bf16" if recipe.get("use_precision_aware_optimizer") == "True" else "fp32",
     )
+    check_pipeline_layout(spec, layout)
     return RunConfig(spec, hardware, layout, options)
-
-
-def narrowest_fitting_selective(run: RunConfig) -> RunConfig:
-    """``run`` with the narrowest selective set of lcmoe's recompute ladder that fits its GPU.
-
-    For card rows that state selective recompute without naming the modules: the run ran, so it
-    fit, and the narrowest fitting set is the one that costs least time (the ladder's order,
-    LC-RECOMPUTE-SELECTIVE). Falls back to ``run`` unchanged when no selective set fits."""
-    for granularity, modules in recompute_ladder(run.model):
-        if granularity != "selective":
-            continue
-        trial = replace(run, options=replace(run.options, recompute_granularity="selective", recompute_modules=modules))
-        memory = estimate_memory(trial.model, trial.hardware, trial.layout, trial.options)
-        if memory.fits(0.0):
-            return trial
-    return run
 
 
 def long_context_cases(path: str) -> tuple[list[PerfCase], list[dict[str, str]]]:
     """long_context.csv rows. The DSV3 H100 CP series publishes the full layout only at 128K and
     256K; the shorter points share it (TP1 EP32 PP8 VPP4, CP as published, DP = GPUs/(PP·CP)),
-    as the card states the family changes only CP. GBS is not published: 32 microbatches per
-    pipeline are assumed (bubble (PP−1)/(VPP·M) ≈ 5%). Recompute is published at 128K/256K;
-    the 4K–64K points, for which the card says only "selective" (it beats full recompute "past
-    the shortest contexts"), take the narrowest selective set that fits
-    (narrowest_fitting_selective): with none the 4K baseline needs 1.75× the H100's memory."""
+    as the card states the family changes only CP; the rows add optimizer offload from 16K. GBS
+    is not published: 32 microbatches per pipeline are assumed (bubble (PP−1)/(VPP·M) ≈ 5%),
+    except where a row's note gives it (Qwen3-235B's 4K baseline). Recompute is published at 128K/256K
+    (up_proj, norm, moe, mlp); the 4K–64K points, for which the card says only "selective", take
+    the same set: CP grows with the sequence so every point holds 4K tokens per GPU and the same
+    per-GPU activations, and no narrower set of lcmoe's ladder fits an H100 (the set without
+    ``moe`` is predicted within 2% of the 80 GB, so picking "the narrowest that fits" would make
+    the time fit hinge on the memory estimator's last percent)."""
     cases, skipped = [], []
     for row in read_rows(path):
         label = f"{row['model']} {row['gpu']}x{row['num_gpus']} {row['seq_len']}"
@@ -198,26 +200,25 @@ def long_context_cases(path: str) -> tuple[list[PerfCase], list[dict[str, str]]]
         spec = load_model(name)
         hardware = load_hardware(row["gpu"])
         seq = as_int(row["seq_len"])
+        gbs: int | None = None  # not published: 32 microbatches per pipeline
         if name == "deepseek-v3":
             tp, ep, pp, vpp = 1, 32, 8, 4
             precision, dispatcher = "fp8-blockwise", "deepep"
-            # The card documents this recompute set for the 128K/256K rows only; between the
-            # shortest context and 128K it says only that selective recompute was used
-            # (narrowest_fitting_selective picks the set below).
-            granularity, modules = (
-                ("selective", frozenset({"mla_up_proj", "layernorm", "moe", "mlp"}))
-                if (seq >= 131072)
-                else ("none", frozenset())
-            )
+            granularity, modules = "selective", frozenset({"mla_up_proj", "layernorm", "moe", "mlp"})
             graphs: frozenset[str] = frozenset()
-            offload = 1.0  # the family changes only CP, and its long-context points all offload
+            # The card: "All DSV3 long-context configs require --optimizer-cpu-offload"; the
+            # rows mark it from 16K on, and the 4K baseline ("not long context") without it.
+            offload = 1.0 if row.get("optimizer_cpu_offload") == "True" else 0.0
         else:
-            tp, ep, pp, vpp = (4, 32, 4, 12) if seq > 4096 else (1, 32, 8, 3)
+            # 128K: SKILL.md "Qwen3 235B at 128K on GB200"; the 4K baseline: the row's note (the
+            # moe-hardware-configs card's TP1 EP32 PP4 VPP12, MBS1 GBS1024, same graph scope).
+            tp, ep, pp, vpp = (4, 32, 4, 12) if seq > 4096 else (1, 32, 4, 12)
+            gbs = None if seq > 4096 else 1024
             precision, dispatcher = "bf16", "hybridep"
             granularity, modules = (
                 ("selective", frozenset({"moe_act", "layernorm"})) if seq > 4096 else ("none", frozenset())
             )
-            graphs = frozenset({"attn", "moe_router", "moe_preprocess"}) if seq > 4096 else frozenset()
+            graphs = frozenset({"attn", "moe_router", "moe_preprocess"})
             offload = 0.0
         cp = as_int(row.get("cp"), 1)
         world = as_int(row["num_gpus"])
@@ -225,7 +226,7 @@ def long_context_cases(path: str) -> tuple[list[PerfCase], list[dict[str, str]]]
             skipped.append({"row": label, "reason": "layout does not divide the GPU count"})
             continue
         dp = world // (tp * pp * cp)
-        layout = build_layout(spec, world, tp=tp, cp=cp, ep=ep, pp=pp, vpp=vpp, gbs=32 * dp)
+        layout = build_layout(spec, world, tp=tp, cp=cp, ep=ep, pp=pp, vpp=vpp, gbs=gbs or 32 * dp)
         options = TrainingOptions(
             seq_len=seq,
             precision=precision,
@@ -238,8 +239,6 @@ def long_context_cases(path: str) -> tuple[list[PerfCase], list[dict[str, str]]]
             exp_avg_dtype="bf16",
         )
         run = RunConfig(spec, hardware, layout, options)
-        if name == "deepseek-v3" and seq < 131072:
-            run = narrowest_fitting_selective(run)
         cases.append(
             PerfCase(
                 label,

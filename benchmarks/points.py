@@ -22,6 +22,7 @@ LABEL_TO_CATALOG = {
     "llama3170b": "llama3-70b",
     "llama31405b": "llama3.1-405b",
     "qwen330ba3b": "qwen3-30b-a3b",
+    "moonlight16b": "moonlight-16b-a3b",
     "dsv3": "deepseek-v3",
     "deepseekv3": "deepseek-v3",
     "gptoss120b": "gpt-oss-120b",
@@ -46,6 +47,44 @@ def _key(text: str) -> str:
 def _first_int(text: str | None, default: int) -> int:
     match = re.search(r"\d+", text or "")
     return int(match.group()) if match else default
+
+
+def recipe_settings(row: dict[str, str], name: str) -> dict[str, Any]:
+    """Settings a row inherits from the Bridge recipe it ran, where the row names that recipe's
+    own layout but not these fields.
+
+    - Perf recipes (task "perf recipe"; the PR #3107 Llama3-70B SFT runs, whose card scores them
+      against LLAMA3_70B_SFT_CONFIG_H100_FP8_CS_V1's golden 709.93 TFLOP/s; the Qwen3-30B-A3B
+      16×H100 HybridEP "canonical recipe" runs): ddp.grad_reduce_in_fp32=False, so the DDP
+      gradient buffer is BF16 (facts §2); the Llama3-70B SFT FP8 recipes graph the MLP
+      (cuda_graph_impl=transformer_engine, scope mlp; perf_recipes.csv).
+    - Moonlight-16B-A3B (moonlight_16b_pretrain_8gpu_h100_bf16_config at Bridge 600d069b8):
+      BF16 gradients and the precision-aware optimizer's BF16 Adam moments.
+    """
+    task = row.get("task", "").lower()
+    settings: dict[str, Any] = {}
+    sft_70b = name == "llama3-70b" and task.startswith("sft")
+    canonical_30b = name == "qwen3-30b-a3b" and (row.get("dispatcher") or "").lower() == "hybridep"
+    if "perf recipe" in task or sft_70b or canonical_30b:
+        settings["main_grads_dtype"] = "bf16"
+    if sft_70b and "fp8" in _key(row.get("precision", "")):
+        settings["cuda_graph_scope"] = {"mlp"}
+    if name == "moonlight-16b-a3b":
+        settings.update(main_grads_dtype="bf16", exp_avg_dtype="bf16")
+    return settings
+
+
+def measured_allocated_bytes(row: dict[str, str]) -> float | None:
+    """The row's measured peak allocated memory in bytes (mem_unit GB = 1e9, GiB = 2^30), when it
+    reports one."""
+    metric = row.get("metric", "")
+    value = row.get("peak_mem_gb", "")
+    if ("alloc" not in metric and metric != "peak_mem") or not value:
+        return None
+    try:
+        return float(value) * (2**30 if row.get("mem_unit") == "GiB" else 1e9)
+    except ValueError:
+        return None
 
 
 def point_config(row: dict[str, str]) -> tuple[Any, Any, ParallelLayout, TrainingOptions] | str:
@@ -74,6 +113,8 @@ def point_config(row: dict[str, str]) -> tuple[Any, Any, ParallelLayout, Trainin
         if re.search(rf"cuda graphs? (?:scope )?[^;]*\b{scope}\b", detail):
             scopes.add(scope)
     dispatcher = row.get("dispatcher", "").lower()
+    inherited = recipe_settings(row, name)
+    scopes |= inherited.pop("cuda_graph_scope", set())
     try:
         layout = ParallelLayout(
             tp=tp,
@@ -96,6 +137,7 @@ def point_config(row: dict[str, str]) -> tuple[Any, Any, ParallelLayout, Trainin
             dispatcher=dispatcher if dispatcher in ("deepep", "hybridep") else "alltoall",
             cuda_graph_scope=frozenset(scopes),
             expandable_segments="without expandable" not in detail,
+            **inherited,
         )
     except LcmoeError as exc:
         return str(exc)
@@ -119,8 +161,11 @@ def evaluate_points(path: str, *, verbose: bool = True) -> dict[str, Any]:
             cannot.append({"row": label, "reason": str(exc)})
             continue
         predicted = "fits" if estimate.fits() else "oom"
+        measured = measured_allocated_bytes(row)
         results.append(
             {
+                "measured_allocated_gib": measured / 2**30 if measured else None,
+                "peak_allocated_gib": estimate.peak_allocated_bytes / 2**30,
                 "row": label,
                 "documented": row["outcome"],
                 "predicted": predicted,
@@ -136,6 +181,13 @@ def evaluate_points(path: str, *, verbose: bool = True) -> dict[str, Any]:
                 f"{mark} documented {r['documented']:4s} predicted {r['predicted']:4s} "
                 f"{r['peak_reserved_gib']:7.1f}/{r['capacity_gib']:.0f} GiB  {r['row']}"
             )
+    measured_rows = [r for r in results if r["measured_allocated_gib"]]
+    if verbose and measured_rows:
+        print("measured peak allocated (worst stage predicted; the logging rank is not stated):")
+        for r in measured_rows:
+            err = 100 * (r["peak_allocated_gib"] / r["measured_allocated_gib"] - 1)
+            predicted, measured = r["peak_allocated_gib"], r["measured_allocated_gib"]
+            print(f"  {predicted:6.1f} vs {measured:6.1f} GiB {err:+6.1f}%  {r['row']}")
     agree = sum(bool(r["agree"]) for r in results)
     return {
         "n_modelled": len(results),

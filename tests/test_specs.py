@@ -23,6 +23,7 @@ REQUIRED_MODELS = {
     "gpt-oss-20b",
     "mixtral-8x22b",
     "deepseek-v2-lite",
+    "moonlight-16b-a3b",
     "llama3-70b",
     "llama3.1-405b",
 }

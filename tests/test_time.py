@@ -73,3 +73,31 @@ def test_attention_efficiency_combines_forward_and_backward_on_bridges_count() -
         assert 0 < low < high <= ceiling, family
         shipped = shipped_time_coefficients(family).attention_efficiency
         assert low - 1e-6 <= shipped <= high + 1e-6, family
+
+
+def test_dedup_dispatchers_send_one_copy_per_destination() -> None:
+    """DeepEP / HybridEP send a token once per destination rank and once per remote NVLink
+    domain; alltoall sends one row per (token, expert). Hand-computed for DeepSeek-V3 at EP32
+    over 4 H100 nodes (node-limited routing: 4 of 8 groups of 32 experts, 2 groups per node) and
+    for Qwen3-30B-A3B at EP8 inside one node (no groups)."""
+    from math import comb
+
+    from lcmoe.catalog import load_model
+    from lcmoe.estimate.time import ep_link_shares
+
+    dsv3 = load_model("deepseek-v3")
+    k = dsv3.moe_router_topk
+    # x of the 4 chosen groups on a given node: hypergeometric(8 groups, 2 on the node, 4 drawn);
+    # the token misses the node when none of its 8 experts (among 128 eligible) lands there.
+    miss = sum(
+        comb(2, x) * comb(6, 4 - x) / comb(8, 4) * comb(128 - 32 * x, 8) / comb(128, 8) for x in range(3)
+    )
+    local, remote = ep_link_shares(dsv3, 32, 1, 8, "deepep")
+    assert remote * k == pytest.approx(3 * (1 - miss))
+    assert remote * k < 8 * 24 / 32  # fewer NIC copies than alltoall's 6
+    assert ep_link_shares(dsv3, 32, 1, 8, "alltoall") == pytest.approx((7 / 32, 24 / 32))
+
+    qwen = load_model("qwen3-30b-a3b")
+    local, remote = ep_link_shares(qwen, 8, 1, 8, "hybridep")
+    assert remote == 0.0
+    assert local * qwen.moe_router_topk == pytest.approx(7 * (1 - comb(112, 8) / comb(128, 8)))

@@ -28,6 +28,7 @@ users read in their logs. MFU is against the dense BF16 peak.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from typing import Any
@@ -282,6 +283,70 @@ def grouped_gemm_saturation(tokens_per_expert: float, c: TimeCoefficients, exper
     return tokens_per_expert / (tokens_per_expert + c.grouped_gemm_half_tokens) * size
 
 
+def target_hit_probability(model: ModelSpec, targets: int) -> float:
+    """Probability that one token's top-k experts include at least one of a given target's,
+    where the E experts are split evenly and contiguously over ``targets`` (EP ranks, or NVLink
+    domains), under uniform routing (Bridge's perf runs force-balance the router).
+
+    Without group-limited routing: 1 − C(E − E/T, k) / C(E, k). With it (k experts drawn from
+    the g = ``moe_router_group_topk`` chosen of G = ``moe_router_num_groups`` contiguous groups,
+    DeepSeek-V3's node-limited routing, router.py ``group_limited_topk``): when each target holds
+    q = G/T whole groups, the number x of chosen groups on it is hypergeometric (G, q, g) and
+    P(hit | x) = 1 − C(Eg − x·E/G, k) / C(Eg, k) with Eg = g·E/G eligible experts; when each group
+    spans T/G targets, P = g/G · (1 − C(Eg − E/T, k) / C(Eg, k))."""
+    experts, k = model.num_moe_experts or 1, model.moe_router_topk
+    if targets <= 1:
+        return 1.0
+    groups, chosen = model.moe_router_num_groups, model.moe_router_group_topk
+    if not groups or not chosen or chosen >= groups or experts % groups:
+        return 1.0 - math.comb(experts - experts // targets, k) / math.comb(experts, k)
+    eligible = chosen * experts // groups
+    if groups % targets == 0:
+        per_target = groups // targets
+        total = math.comb(groups, chosen)
+        miss = 0.0
+        for x in range(0, min(per_target, chosen) + 1):
+            weight = math.comb(per_target, x) * math.comb(groups - per_target, chosen - x) / total
+            miss += weight * math.comb(eligible - x * experts // groups, k) / math.comb(eligible, k)
+        return 1.0 - miss
+    if targets % groups == 0:
+        return chosen / groups * (1.0 - math.comb(eligible - experts // targets, k) / math.comb(eligible, k))
+    return 1.0 - math.comb(experts - experts // targets, k) / math.comb(experts, k)
+
+
+# Dispatchers that send a token once per destination rank (NVLink) and once per destination
+# NVLink domain over the NIC, forwarding inside the domain (DeepEP normal-mode intranode and
+# internode kernels, deep_ep/buffer.py get_dispatch_layout "is_token_in_rank" / "num_tokens_per_rdma_rank";
+# HybridEP's hierarchical dispatch, docs/README_Hybrid-EP.md). Megatron's alltoall and allgather
+# dispatchers move one row per (token, expert) pair (token_dispatcher.py MoEAlltoAllTokenDispatcher).
+DEDUPLICATING_DISPATCHERS = frozenset({"deepep", "hybridep"})
+
+
+def ep_link_shares(model: ModelSpec, ep: int, etp: int, domain: int, dispatcher: str) -> tuple[float, float]:
+    """Copies of a dispatched token (per top-k slot) that cross NVLink and the NIC, as fractions of
+    k: the EP byte amount (2·Td·h·bytes, Td = T·k) times each gives the bytes per link.
+
+    alltoall / allgather (one row per token-expert pair): a slot leaves the rank with
+    probability (S − 1)/S for S = EP·ETP ranks, and the NVLink domain with (S − D)/S.
+    DeepEP / HybridEP (one copy per distinct destination): NVLink carries (S − 1)·p_rank copies
+    (the distinct other ranks, including the forwarding inside remote domains) and the NIC
+    (S/D − 1)·p_domain (the distinct other domains), over k; p from target_hit_probability.
+    For DeepSeek-V3 at EP32 on H100 (D 8): 2.2 NIC copies instead of 6 — what DeepEP's README
+    reports as its "RDMA bottleneck bandwidth" (43–58 GB/s of a 50 GB/s NIC) rather than a
+    logical bandwidth above the line rate."""
+    span = ep * etp
+    if span <= 1:
+        return 0.0, 0.0
+    if dispatcher not in DEDUPLICATING_DISPATCHERS or not model.is_moe:
+        remote = max(0.0, (span - domain) / span)
+        return (span - 1) / span - remote, remote
+    k = model.moe_router_topk
+    nvlink_copies = (ep - 1) * target_hit_probability(model, ep) * etp + (etp - 1)
+    domains = span // domain if span > domain else 1
+    network_copies = (domains - 1) * target_hit_probability(model, domains) if domains > 1 else 0.0
+    return nvlink_copies / k, network_copies / k
+
+
 def attention_saturation(chunk: float, c: TimeCoefficients) -> float:
     """L / (L + L½) for per-rank chunk length L (L½ from the cuDNN fwd+bwd sweep, see
     TimeCoefficients.attention_half_chunk)."""
@@ -473,9 +538,7 @@ def time_amounts(run: RunConfig, stages: list[PipelineStage] | None = None) -> R
     shape = token_shape(layout, options)
     sp = layout.tp if layout.sequence_parallel else 1
     local_experts = max((model.num_moe_experts or 1) / layout.ep, 1.0)
-    span = layout.ep * layout.etp
-    remote = max(0.0, 1.0 - hardware.nvlink_domain_size / span) * (span - 1) / span if span > 1 else 0.0
-    local = (span - 1) / span - remote if span > 1 else 0.0
+    local, remote = ep_link_shares(model, layout.ep, layout.etp, hardware.nvlink_domain_size, options.dispatcher)
     tokens = layout.gbs * options.seq_len
     per_signature: dict[tuple[bool, AttentionKind], LayerAmounts] = {}
     return RunAmounts(
