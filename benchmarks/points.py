@@ -15,6 +15,7 @@ from lcmoe.catalog import load_hardware, load_model
 from lcmoe.errors import LcmoeError
 from lcmoe.estimate.memory import estimate_memory
 from lcmoe.layout import ParallelLayout
+from lcmoe.run import resolve_pipeline_layout
 from lcmoe.workload import TrainingOptions
 
 LABEL_TO_CATALOG = {
@@ -112,7 +113,7 @@ def point_config(row: dict[str, str]) -> tuple[Any, Any, ParallelLayout, Trainin
     for scope in ("attn", "mlp", "moe_router", "moe_preprocess"):
         if re.search(rf"cuda graphs? (?:scope )?[^;]*\b{scope}\b", detail):
             scopes.add(scope)
-    dispatcher = row.get("dispatcher", "").lower()
+    dispatcher = (row.get("dispatcher") or next((d for d in ("hybridep", "deepep") if d in detail), "")).lower()
     inherited = recipe_settings(row, name)
     scopes |= inherited.pop("cuda_graph_scope", set())
     try:
@@ -127,6 +128,10 @@ def point_config(row: dict[str, str]) -> tuple[Any, Any, ParallelLayout, Trainin
             mbs=mbs,
             gbs=gbs,
             sequence_parallel=tp > 1,
+            # Layers that do not split evenly over PP·VPP get the balanced layout Bridge's
+            # recipes spell out (embedding and loss as stages of their own, as Megatron's
+            # account_for_*_in_pipeline_split does).
+            pipeline_layout=resolve_pipeline_layout(model, pp, vpp, None),
         )
         options = TrainingOptions(
             seq_len=_first_int(row.get("seq_len"), 4096),
