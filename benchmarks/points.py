@@ -171,6 +171,7 @@ def evaluate_points(path: str, *, verbose: bool = True) -> dict[str, Any]:
             {
                 "measured_allocated_gib": measured / 2**30 if measured else None,
                 "peak_allocated_gib": estimate.peak_allocated_bytes / 2**30,
+                "measured_err_pct": 100 * (estimate.peak_allocated_bytes / measured - 1) if measured else None,
                 "row": label,
                 "documented": row["outcome"],
                 "predicted": predicted,
@@ -190,9 +191,10 @@ def evaluate_points(path: str, *, verbose: bool = True) -> dict[str, Any]:
     if verbose and measured_rows:
         print("measured peak allocated (worst stage predicted; the logging rank is not stated):")
         for r in measured_rows:
-            err = 100 * (r["peak_allocated_gib"] / r["measured_allocated_gib"] - 1)
-            predicted, measured = r["peak_allocated_gib"], r["measured_allocated_gib"]
-            print(f"  {predicted:6.1f} vs {measured:6.1f} GiB {err:+6.1f}%  {r['row']}")
+            print(
+                f"  {r['peak_allocated_gib']:6.1f} vs {r['measured_allocated_gib']:6.1f} GiB "
+                f"{r['measured_err_pct']:+6.1f}%  {r['row']}"
+            )
     agree = sum(bool(r["agree"]) for r in results)
     return {
         "n_modelled": len(results),

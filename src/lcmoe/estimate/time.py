@@ -298,19 +298,19 @@ def target_hit_probability(model: ModelSpec, targets: int) -> float:
     if targets <= 1:
         return 1.0
     groups, chosen = model.moe_router_num_groups, model.moe_router_group_topk
-    if not groups or not chosen or chosen >= groups or experts % groups:
-        return 1.0 - math.comb(experts - experts // targets, k) / math.comb(experts, k)
-    eligible = chosen * experts // groups
-    if groups % targets == 0:
-        per_target = groups // targets
-        total = math.comb(groups, chosen)
-        miss = 0.0
-        for x in range(0, min(per_target, chosen) + 1):
-            weight = math.comb(per_target, x) * math.comb(groups - per_target, chosen - x) / total
-            miss += weight * math.comb(eligible - x * experts // groups, k) / math.comb(eligible, k)
-        return 1.0 - miss
-    if targets % groups == 0:
-        return chosen / groups * (1.0 - math.comb(eligible - experts // targets, k) / math.comb(eligible, k))
+    if groups and chosen and chosen < groups and experts % groups == 0:
+        eligible = chosen * experts // groups
+        if groups % targets == 0:
+            per_target = groups // targets
+            total = math.comb(groups, chosen)
+            miss = 0.0
+            for x in range(0, min(per_target, chosen) + 1):
+                weight = math.comb(per_target, x) * math.comb(groups - per_target, chosen - x) / total
+                miss += weight * math.comb(eligible - x * experts // groups, k) / math.comb(eligible, k)
+            return 1.0 - miss
+        if targets % groups == 0:
+            return chosen / groups * (1.0 - math.comb(eligible - experts // targets, k) / math.comb(eligible, k))
+    # No group-limited routing, or groups that do not align with the targets: uniform over all E.
     return 1.0 - math.comb(experts - experts // targets, k) / math.comb(experts, k)
 
 
@@ -342,8 +342,8 @@ def ep_link_shares(model: ModelSpec, ep: int, etp: int, domain: int, dispatcher:
         return (span - 1) / span - remote, remote
     k = model.moe_router_topk
     nvlink_copies = (ep - 1) * target_hit_probability(model, ep) * etp + (etp - 1)
-    domains = span // domain if span > domain else 1
-    network_copies = (domains - 1) * target_hit_probability(model, domains) if domains > 1 else 0.0
+    domains = max(span // domain, 1)
+    network_copies = (domains - 1) * target_hit_probability(model, domains)
     return nvlink_copies / k, network_copies / k
 
 
