@@ -3,11 +3,13 @@
 Data: perf_summary.csv ⋈ perf_recipes.csv (the recipe settings behind each published row) for
 catalog models, plus long_context.csv (the DSV3 H100 CP-scaling series and Qwen3-235B GB200).
 Target: published model TFLOP/s/GPU. Residual: log(predicted / published), soft-L1 (robust to
-a few mislabelled rows). Each family (hopper, blackwell) gets its own dense-GEMM efficiency per
-precision class, grouped-GEMM and attention efficiencies, per-layer host/launch overhead and an
-EP-communication efficiency; the CP-ring hidden share is fitted on the long-context rows (the
-only CP > 1 data). Every efficiency is bounded by a measured kernel ceiling (see BOUNDS), and the
-attention efficiency by the family's measured kernel range (family_bounds).
+a few mislabelled rows). One joint fit: each family (hopper, blackwell) gets its own dense-GEMM
+efficiency per precision class, grouped-GEMM and attention efficiencies, dense-layer host time
+and EP-link efficiencies; the software's own terms (MoE host launch time per layer and per local
+expert, the share of EP dispatch the a2a-overlap schedule hides: SHARED) are common to both; the
+CP-ring hidden share is fitted on the long-context rows (the only CP > 1 data). Every
+efficiency is bounded by a measured kernel ceiling (see BOUNDS), and the attention efficiency
+by the family's measured kernel range (family_bounds).
 
     pip install '.[bench]'
     python benchmarks/fit_time.py [--write] [--lomo]
@@ -54,8 +56,10 @@ def parameters_for(cases: list[PerfCase]) -> list[str]:
     """Only the parameters some row of the family exercises."""
     names = ["gemm_efficiency_bf16", "attention_efficiency", "layer_overhead_seconds"]
     precisions = {c.run.options.tensor_core_precision for c in cases}
-    if precisions & {"fp8", "mxfp8"}:
+    if "fp8" in precisions:
         names.append("gemm_efficiency_fp8")
+    if "mxfp8" in precisions:
+        names.append("gemm_efficiency_mxfp8")
     if "nvfp4" in precisions:
         names.append("gemm_efficiency_fp4")
     if any(c.run.model.is_moe for c in cases):
@@ -63,11 +67,17 @@ def parameters_for(cases: list[PerfCase]) -> list[str]:
             "grouped_gemm_efficiency",
             "ep_comm_efficiency",
             "moe_layer_overhead_seconds",
+            "expert_host_seconds",
             "moe_permute_passes",
             "grouped_gemm_half_size",
         ]
         if any(c.run.layout.ep * c.run.layout.etp > c.run.hardware.nvlink_domain_size for c in cases):
             names.append("ep_network_efficiency")
+    if any(c.run.options.overlap_moe_expert_parallel_comm for c in cases):
+        names.append("ep_overlap_hidden")
+    moe_precisions = {c.run.options.tensor_core_precision for c in cases if c.run.model.is_moe}
+    if "bf16" in moe_precisions and moe_precisions & {"fp8", "mxfp8"}:
+        names.append("fp8_grouped_speedup")
     if any(c.run.layout.cp > 1 for c in cases) and _moves_residuals(cases, "cp_ring_hidden"):
         names.append("cp_ring_hidden")
     return names
@@ -120,54 +130,93 @@ def family_bounds(architecture: str) -> dict[str, tuple[float, float]]:
     return BOUNDS | {"attention_efficiency": measured}
 
 
-def fit_family(cases: list[PerfCase], base: TimeCoefficients | None = None) -> TimeCoefficients:
-    """Efficiencies of one hardware family, plus one throughput factor per container relative to
-    the newest (the software-release effect the guidance's LC-CONTAINER rule warns about); the
-    shipped efficiencies therefore predict the newest container."""
-    start_coeffs = base or TimeCoefficients()
-    names = parameters_for(cases)
-    reference = reference_container(cases)
-    # The long-context card's runs are taken as the newest software (no factor of their own), so
-    # their misfit stays visible and shapes the long-context terms instead of being scaled away.
-    containers = sorted({c.container for c in cases} - {reference, LONG_CONTEXT}, key=version_key)
-    # One sustained-clock factor per GPU but the family's reference GPU (same prior as the
-    # container factors: log-normal around 1).
-    gpus = sorted({c.run.hardware.name for c in cases} - set(REFERENCE_GPUS))
-    extras = containers + [GPU_PREFIX + g for g in gpus]
-    low_f, high_f = (float(np.log(b)) for b in CONTAINER_FACTOR_BOUNDS)
-    bounds = family_bounds(cases[0].run.hardware.architecture)
-    lower = np.array([bounds[n][0] for n in names] + [low_f] * len(extras))
-    upper = np.array([bounds[n][1] for n in names] + [high_f] * len(extras))
-    units = {"moe_permute_passes": 10.0, "grouped_gemm_half_size": 1e7}
-    scale = np.array(
-        [1e-3 if n.endswith("overhead_seconds") else units.get(n, 1.0) for n in names] + [1.0] * len(extras)
-    )
-    start = np.clip(np.array([getattr(start_coeffs, n) for n in names] + [0.0] * len(extras)), lower, upper) / scale
+# Coefficients of the software rather than the GPU, fitted once on every family's rows: the
+# host launch path (the same Megatron/TE Python on DGX x86 and Grace hosts) and the share of EP
+# dispatch the 1F1B a2a-overlap schedule hides. Sharing them lets each family's rows inform the
+# other's (a model left out is then still seen through these terms on the other family).
+SHARED = ("moe_layer_overhead_seconds", "expert_host_seconds", "ep_overlap_hidden")
 
-    def build(vector: np.ndarray) -> TimeCoefficients:
-        values = vector * scale
-        fitted = {k: float(np.exp(v)) for k, v in zip(extras, values[len(names) :], strict=True)}
-        factors = {reference: 1.0, LONG_CONTEXT: 1.0} | {k: fitted[k] for k in containers}
+
+@dataclasses.dataclass(frozen=True)
+class _FamilySlots:
+    """Where one family's free parameters sit in the joint vector."""
+
+    cases: list[PerfCase]
+    names: list[str]  # own (unshared) coefficients
+    containers: list[str]
+    gpus: list[str]
+    reference: str
+    offset: int
+
+    @property
+    def width(self) -> int:
+        return len(self.names) + len(self.containers) + len(self.gpus)
+
+
+def _scale(name: str) -> float:
+    units = {"moe_permute_passes": 10.0, "grouped_gemm_half_size": 1e7}
+    return 1e-3 if name.endswith("_seconds") else units.get(name, 1.0)
+
+
+def fit_families(cases: list[PerfCase], base: TimeCoefficients | None = None) -> dict[str, TimeCoefficients]:
+    """Efficiencies per hardware family (SHARED ones common to all), plus one throughput factor
+    per container relative to the family's newest (the software-release effect the guidance's
+    LC-CONTAINER rule warns about; the shipped efficiencies therefore predict the newest
+    container) and one sustained-clock factor per GPU but the family's reference GPU."""
+    start_coeffs = base or TimeCoefficients()
+    families = by_family(cases)
+    wanted = {family: parameters_for(rows) for family, rows in families.items()}
+    shared = [n for n in SHARED if any(n in names for names in wanted.values())]
+    lower: list[float] = [BOUNDS[n][0] for n in shared]
+    upper: list[float] = [BOUNDS[n][1] for n in shared]
+    scale: list[float] = [_scale(n) for n in shared]
+    start: list[float] = [getattr(start_coeffs, n) for n in shared]
+    low_f, high_f = (float(np.log(b)) for b in CONTAINER_FACTOR_BOUNDS)
+    slots: dict[str, _FamilySlots] = {}
+    for family, rows in families.items():
+        names = [n for n in wanted[family] if n not in shared]
+        reference = reference_container(rows)
+        # The long-context card's runs are taken as the newest software (no factor of their
+        # own), so their misfit stays visible and shapes the long-context terms.
+        containers = sorted({c.container for c in rows} - {reference, LONG_CONTEXT}, key=version_key)
+        gpus = sorted({c.run.hardware.name for c in rows} - set(REFERENCE_GPUS))
+        slot = _FamilySlots(rows, names, containers, gpus, reference, len(start))
+        slots[family] = slot
+        bounds = family_bounds(family)
+        extras = len(containers) + len(gpus)
+        lower += [bounds[n][0] for n in names] + [low_f] * extras
+        upper += [bounds[n][1] for n in names] + [high_f] * extras
+        scale += [_scale(n) for n in names] + [1.0] * extras
+        start += [getattr(start_coeffs, n) for n in names] + [0.0] * extras
+    lo, hi, sc = np.array(lower), np.array(upper), np.array(scale)
+    x0 = np.clip(np.array(start), lo, hi) / sc
+
+    def build(vector: np.ndarray, slot: _FamilySlots) -> TimeCoefficients:
+        values = vector * sc
+        own = values[slot.offset : slot.offset + len(slot.names)]
+        logs = values[slot.offset + len(slot.names) : slot.offset + slot.width]
+        factors = dict(zip(slot.containers + [GPU_PREFIX + g for g in slot.gpus], np.exp(logs), strict=True))
         return dataclasses.replace(
             start_coeffs,
-            **{n: float(v) for n, v in zip(names, values[: len(names)], strict=True)},
-            gpu_clock={g: fitted[GPU_PREFIX + g] for g in gpus},
-            fit={"containers": factors, "reference_container": reference},
+            **{n: float(v) for n, v in zip(shared, values[: len(shared)], strict=True)},
+            **{n: float(v) for n, v in zip(slot.names, own, strict=True)},
+            gpu_clock={g: float(factors[GPU_PREFIX + g]) for g in slot.gpus},
+            fit={
+                "containers": {slot.reference: 1.0, LONG_CONTEXT: 1.0}
+                | {k: float(factors[k]) for k in slot.containers},
+                "reference_container": slot.reference,
+            },
         )
 
     def objective(vector: np.ndarray) -> np.ndarray:
-        prior = vector[len(names) :] * scale[len(names) :] / CONTAINER_PRIOR_SIGMA * ROW_SCALE
-        return np.concatenate([residuals(cases, build(vector)), prior])
+        parts = []
+        for slot in slots.values():
+            logs = vector[slot.offset + len(slot.names) : slot.offset + slot.width]
+            parts += [residuals(slot.cases, build(vector, slot)), logs / CONTAINER_PRIOR_SIGMA * ROW_SCALE]
+        return np.concatenate(parts)
 
-    result = least_squares(
-        objective,
-        start,
-        bounds=(lower / scale, upper / scale),
-        loss="soft_l1",
-        f_scale=ROW_SCALE,
-        max_nfev=200,
-    )
-    return build(result.x)
+    result = least_squares(objective, x0, bounds=(lo / sc, hi / sc), loss="soft_l1", f_scale=ROW_SCALE, max_nfev=200)
+    return {family: build(result.x, slot) for family, slot in slots.items()}
 
 
 def load_cases() -> list[PerfCase]:
@@ -188,21 +237,23 @@ def mape(cases: list[PerfCase], fitted: dict[str, TimeCoefficients]) -> float:
     return 100 * float(np.mean(errors)) if errors else 0.0
 
 
-def leave_one_model_out(cases: list[PerfCase], fitted: dict[str, TimeCoefficients]) -> float:
-    """Refit without each model, predict it; prints per-model MAPE, returns the row-weighted MAPE.
-    Families a refit has no rows for keep the full fit's coefficients."""
-    weighted, count = 0.0, 0
+def leave_one_model_out(cases: list[PerfCase], fitted: dict[str, TimeCoefficients]) -> tuple[float, float]:
+    """Refit without each model, predict it; prints per-model MAPE, returns the row-weighted
+    MAPE over all rows and over the MoE rows. Families a refit has no rows for keep the full
+    fit's coefficients."""
+    errors: list[tuple[float, bool]] = []
     for name in sorted({c.model_name for c in cases}):
         train = [c for c in cases if c.model_name != name]
         held = [c for c in cases if c.model_name == name]
-        refit = {family: fit_family(rows) for family, rows in by_family(train).items()}
-        for family in fitted:
-            refit.setdefault(family, fitted[family])
+        refit = fitted | fit_families(train)
         err = mape(held, refit)
         print(f"  leave out {name:18s} n={len(held):3d} MAPE {err:6.2f}%")
-        weighted += err * len(held)
-        count += len(held)
-    return weighted / count if count else 0.0
+        errors += [(err, held[0].run.model.is_moe)] * len(held)
+    moe = [e for e, is_moe in errors if is_moe]
+    return (
+        float(np.mean([e for e, _ in errors])) if errors else 0.0,
+        float(np.mean(moe)) if moe else 0.0,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lomo", action="store_true", help="also leave-one-model-out (slow)")
     args = parser.parse_args(argv)
     cases = load_cases()
-    fitted = {family: fit_family(rows) for family, rows in by_family(cases).items()}
+    fitted = fit_families(cases)
     moe = [c for c in cases if c.run.model.is_moe]
     for family, coefficients in fitted.items():
         print(family, {n: round(getattr(coefficients, n), 5) for n in BOUNDS})
@@ -224,8 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = {"n": len(cases), "n_moe": len(moe), "mape_all": mape(cases, fitted), "mape_moe": mape(moe, fitted)}
     print(f"fit MAPE all {summary['mape_all']:.2f}% (n={len(cases)}), MoE {summary['mape_moe']:.2f}% (n={len(moe)})")
     if args.lomo:
-        summary["lomo_mape"] = leave_one_model_out(cases, fitted)
-        print(f"leave-one-model-out MAPE {summary['lomo_mape']:.2f}%")
+        summary["lomo_mape"], summary["lomo_mape_moe"] = leave_one_model_out(cases, fitted)
+        print(f"leave-one-model-out MAPE {summary['lomo_mape']:.2f}%, MoE rows {summary['lomo_mape_moe']:.2f}%")
     if args.write:
         payload = {
             "families": {family: {n: float(getattr(c, n)) for n in BOUNDS} for family, c in fitted.items()},

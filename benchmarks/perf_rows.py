@@ -30,6 +30,15 @@ class PerfCase:
 
 
 LONG_CONTEXT = "long-context"
+# The DSV3 card marks optimizer CPU offload ("All DSV3 long-context configs require
+# --optimizer-cpu-offload") but no fraction, and in Bridge the flag alone offloads nothing:
+# megatron-core's OptimizerConfig.optimizer_offload_fraction defaults to 0.0
+# (optimizer_config.py:350; only Megatron-LM's CLI defaults it to 1.0, arguments.py:2922), and
+# HybridDeviceOptimizer keeps offload_fraction × numel on the host (hybrid_optimizer.py:258).
+# The published steps agree: a full offload would put 2.9 G parameters of CPU Adam per rank,
+# 23 G per 8-GPU host, into every step (≥ 10 s at the best measured host rate, 1.4 G/s per host,
+# kernels-and-links.md §6) against a published 16K step of ~18 s that the GPU work alone fills.
+LONG_CONTEXT_OFFLOAD_FRACTION = 0.0
 
 
 def version_key(container: str) -> tuple[int, ...]:
@@ -206,9 +215,7 @@ def long_context_cases(path: str) -> tuple[list[PerfCase], list[dict[str, str]]]
             precision, dispatcher = "fp8-blockwise", "deepep"
             granularity, modules = "selective", frozenset({"mla_up_proj", "layernorm", "moe", "mlp"})
             graphs: frozenset[str] = frozenset()
-            # The card: "All DSV3 long-context configs require --optimizer-cpu-offload"; the
-            # rows mark it from 16K on, and the 4K baseline ("not long context") without it.
-            offload = 1.0 if row.get("optimizer_cpu_offload") == "True" else 0.0
+            offload = LONG_CONTEXT_OFFLOAD_FRACTION if row.get("optimizer_cpu_offload") == "True" else 0.0
         else:
             # 128K: SKILL.md "Qwen3 235B at 128K on GB200"; the 4K baseline: the row's note (the
             # moe-hardware-configs card's TP1 EP32 PP4 VPP12, MBS1 GBS1024, same graph scope).

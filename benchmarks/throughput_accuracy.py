@@ -65,9 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.evaluate:
         coefficients = {family: shipped_time_coefficients(family) for family in ("hopper", "blackwell")}
     else:
-        from benchmarks.fit_time import by_family, fit_family
+        from benchmarks.fit_time import fit_families
 
-        coefficients = {family: fit_family(rows) for family, rows in by_family(everything).items()}
+        coefficients = fit_families(everything)
     predicted = predictions(everything, coefficients)
     errors = [100 * (p / c.published_tflops - 1) for p, c in zip(predicted, everything, strict=True)]
     moe = [abs(e) for e, c in zip(errors, everything, strict=True) if c.run.model.is_moe]
@@ -80,11 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         groups.setdefault(c.group, []).append((c.published_tflops, p))
     rhos = [spearman([a for a, _ in v], [b for _, b in v]) for v in groups.values() if len(v) >= 3]
 
-    lomo = None
+    lomo = lomo_moe = None
     if not args.evaluate:
         from benchmarks.fit_time import leave_one_model_out
 
-        lomo = leave_one_model_out(everything, coefficients)
+        lomo, lomo_moe = leave_one_model_out(everything, coefficients)
 
     lc_rows = [
         {
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\nrows {len(everything)} (skipped {len(skipped)}): MAPE {mape:.2f}%  MoE MAPE {mape_moe:.2f}% "
         f"(n={len(moe)})"
-        + (f"  leave-one-model-out MAPE {lomo:.2f}%" if lomo is not None else "")
+        + (f"  leave-one-model-out MAPE {lomo:.2f}% (MoE rows {lomo_moe:.2f}%)" if lomo is not None else "")
         + f"  Spearman mean {statistics.mean(rhos) if rhos else float('nan'):.2f} over {len(rhos)} groups"
     )
     if args.json_out:
@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                 "mape": mape,
                 "mape_moe": mape_moe,
                 "lomo_mape": lomo,
+                "lomo_mape_moe": lomo_moe,
                 "spearman_mean": statistics.mean(rhos) if rhos else None,
                 "long_context": lc_rows,
                 "skipped": skipped,

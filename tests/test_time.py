@@ -11,9 +11,13 @@ from lcmoe.estimate.flops import flops_per_token
 from lcmoe.estimate.time import (
     ATTENTION_EFFICIENCY_MEASURED,
     COEFFICIENT_BOUNDS,
+    TimeCoefficients,
     attention_efficiency_on_counted_flops,
     estimate_time,
+    layer_host_seconds,
     shipped_time_coefficients,
+    stage_time,
+    time_amounts,
 )
 from tests.helpers import make_run, with_layout, with_options
 
@@ -89,9 +93,7 @@ def test_dedup_dispatchers_send_one_copy_per_destination() -> None:
     k = dsv3.moe_router_topk
     # x of the 4 chosen groups on a given node: hypergeometric(8 groups, 2 on the node, 4 drawn);
     # the token misses the node when none of its 8 experts (among 128 eligible) lands there.
-    miss = sum(
-        comb(2, x) * comb(6, 4 - x) / comb(8, 4) * comb(128 - 32 * x, 8) / comb(128, 8) for x in range(3)
-    )
+    miss = sum(comb(2, x) * comb(6, 4 - x) / comb(8, 4) * comb(128 - 32 * x, 8) / comb(128, 8) for x in range(3))
     local, remote = ep_link_shares(dsv3, 32, 1, 8, "deepep")
     assert remote * k == pytest.approx(3 * (1 - miss))
     assert remote * k < 8 * 24 / 32  # fewer NIC copies than alltoall's 6
@@ -101,3 +103,39 @@ def test_dedup_dispatchers_send_one_copy_per_destination() -> None:
     local, remote = ep_link_shares(qwen, 8, 1, 8, "hybridep")
     assert remote == 0.0
     assert local * qwen.moe_router_topk == pytest.approx(7 * (1 - comb(112, 8) / comb(128, 8)))
+
+
+def test_expert_launches_scale_with_local_experts_and_only_expert_graphs_capture_them() -> None:
+    c = TimeCoefficients(layer_overhead_seconds=0.0, moe_layer_overhead_seconds=0.0, expert_host_seconds=1e-4)
+    assert layer_host_seconds(frozenset(), True, c, local_experts=16) == pytest.approx(16e-4)
+    # Router / preprocess graphs end before the experts run; a dense layer has none.
+    assert layer_host_seconds(frozenset({"moe_router", "moe_preprocess"}), True, c, 16) == pytest.approx(16e-4)
+    assert layer_host_seconds(frozenset(), False, c, 16) == 0.0
+    saving = c.cuda_graph_overhead_saving
+    assert layer_host_seconds(frozenset({"moe"}), True, c, 16) == pytest.approx(16e-4 * (1 - saving))
+    # One graph replay per step: no host time left at all.
+    assert layer_host_seconds(frozenset({"full_iteration"}), True, c, 16) == 0.0
+
+
+def test_fp8_grouped_speedup_sets_the_expert_gemm_ratio_to_bf16() -> None:
+    run = make_run()
+    c = replace(shipped_time_coefficients("hopper"), fp8_grouped_speedup=1.25)
+    bf16 = time_amounts(with_options(run, precision="bf16"))
+    fp8 = time_amounts(with_options(run, precision="fp8-blockwise"))
+    t_bf16 = stage_time(bf16, bf16.stages[0], c).expert_gemm
+    t_fp8 = stage_time(fp8, fp8.stages[0], c).expert_gemm
+    assert t_bf16 / t_fp8 == pytest.approx(1.25)
+
+
+def test_interleaved_pipeline_hides_p2p_behind_compute() -> None:
+    # Bridge turns overlap_p2p_comm on with VPP > 1: the send/recv runs under the next chunk, and
+    # only what outlasts the stage's compute shows; with VPP = 1 all of it does.
+    c = shipped_time_coefficients("hopper")
+    for bandwidth in (50e9, 1e7):
+        net = load_hardware("h100", {"scaleout_bandwidth": bandwidth})
+        for vpp in (1, 2):
+            a = time_amounts(replace(make_run(pp=4, vpp=vpp, gbs=None), hardware=net))
+            t = stage_time(a, a.stages[1], c)
+            raw = vpp * a.stages[1].pp_bytes / (bandwidth * c.scaleout_efficiency)
+            compute = t.dense_gemm + t.expert_gemm + t.attention + t.elementwise + t.recompute
+            assert t.pp_comm == pytest.approx(raw if vpp == 1 else max(0.0, raw - compute))

@@ -42,6 +42,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "compute": (
         "gemm_efficiency_bf16",
         "gemm_efficiency_fp8",
+        "gemm_efficiency_mxfp8",
         "gemm_efficiency_fp4",
         "grouped_gemm_efficiency",
         "attention_efficiency",

@@ -12,7 +12,9 @@ the tp·cp GPUs of its stage, and expert work over the same GPUs by symmetry of 
     comm     = exposed TP (SP all-gather/reduce-scatter), CP (ring p2p hidden behind the
                attention of each ring step, or a2a), EP dispatch/combine (NVLink inside the
                NVLink domain, the NIC outside it; part hidden with EP overlap), PP send/recv
-    overhead = host/launch time per layer (mostly removed by CUDA graphs) where it is exposed:
+               (hidden behind the next chunk's compute when VPP > 1)
+    overhead = host/launch time per layer and per local expert (mostly removed by CUDA graphs)
+               where it is exposed:
                the host runs ahead of the GPU, so only host time beyond the layer's GPU time
                shows — except in MoE layers whose dispatcher copies token counts to the host
                (alltoall, allgather, DeepEP), where the GPU idles while the host launches again
@@ -58,11 +60,23 @@ class TimeCoefficients:
 
     gemm_efficiency_bf16: float = 0.70
     gemm_efficiency_fp8: float = 0.55
+    # MXFP8 (1×32 block scales) apart from per-tensor / blockwise FP8: its quantization writes
+    # row- and column-wise copies with their scale tensors, so the same tensor cores deliver less.
+    gemm_efficiency_mxfp8: float = 0.55
     gemm_efficiency_fp4: float = 0.45
     grouped_gemm_efficiency: float = 0.55
+    # FP8-class expert GEMMs over BF16 ones at the same efficiency, quantization included: the
+    # kernels alone reach 2x (FP8 DeepGEMM 68% vs BF16 grouped 65% of their peaks,
+    # kernels-and-links.md §2b), but each expert's tokens are quantized (row- and column-wise for
+    # the backward) on the way in. Fitted where a family has both BF16 and FP8 MoE rows.
+    fp8_grouped_speedup: float = 2.0
     attention_efficiency: float = 0.55
     layer_overhead_seconds: float = 1.0e-4
     moe_layer_overhead_seconds: float = 2.0e-4
+    # Host launch time per local expert of a MoE layer (forward + backward): without a fused
+    # grouped kernel TE's GroupedLinear launches every expert's quantize and GEMMs on its own
+    # (kernels-and-links.md §2b: cuBLAS loop vs single-launch CUTLASS, 3.9x at 8 experts).
+    expert_host_seconds: float = 0.0
     ep_comm_efficiency: float = 0.7
     ep_network_efficiency: float = 0.7
     # Share of a ring step's KV exchange hidden behind that step's attention. The fit starts here
@@ -71,6 +85,9 @@ class TimeCoefficients:
     cp_ring_hidden: float = 0.75
     moe_permute_passes: float = 8.0
     grouped_gemm_half_size: float = 0.0
+    # Share of EP dispatch/combine the 1F1B a2a-overlap schedule (overlap_moe_expert_parallel_comm)
+    # hides behind the other microbatch's compute; the prior is a partial hide, the fit decides.
+    ep_overlap_hidden: float = 0.4
     # Fixed (not fitted), from kernels-and-links.md.
     grouped_gemm_half_tokens: float = 512.0
     # cuDNN 9.19 fwd+bwd on H200 (kernels-and-links.md §1a, Llama-3.1 shape) combined as
@@ -81,7 +98,6 @@ class TimeCoefficients:
     nvlink_efficiency: float = 0.80
     scaleout_efficiency: float = 0.90
     tp_overlap_hidden: float = 0.6
-    ep_overlap_hidden: float = 0.4
     dp_exposed_fraction: float = 0.15
     cuda_graph_overhead_saving: float = 0.7
     # CPU Adam on the offloaded fraction, per rank: memory-bound at ~30 B touched per fp32 param
@@ -106,19 +122,23 @@ class TimeCoefficients:
 COEFFICIENT_BOUNDS: dict[str, tuple[float, float]] = {
     "gemm_efficiency_bf16": (0.3, 0.82),
     "gemm_efficiency_fp8": (0.2, 0.78),
+    "gemm_efficiency_mxfp8": (0.2, 0.78),
     "gemm_efficiency_fp4": (0.1, 0.78),
     "grouped_gemm_efficiency": (0.1, 0.7),
+    "fp8_grouped_speedup": (1.0, 2.0),
     # Ceiling: the best measured forward/backward pair on Bridge's count (GB300 0.80 / 0.60 →
     # 0.554 at 16K, 0.59 asymptotically; see attention_efficiency_on_counted_flops), not a
     # forward-only rate.
     "attention_efficiency": (0.2, 0.6),
     "layer_overhead_seconds": (0.0, 3.0e-3),
     "moe_layer_overhead_seconds": (0.0, 3.0e-3),
+    "expert_host_seconds": (0.0, 5.0e-4),
     "ep_comm_efficiency": (0.4, 1.0),
-    "ep_network_efficiency": (0.1, 1.0),
+    "ep_network_efficiency": (0.5, 1.0),
     "nvlink_efficiency": (0.1, 1.0),
     "scaleout_efficiency": (0.1, 1.0),
     "cp_ring_hidden": (0.0, 1.0),
+    "ep_overlap_hidden": (0.0, 1.0),
     # Token permutation passes over HBM per MoE layer (fwd + bwd): permute + unpermute, read +
     # write = 8 at least (Megatron moe_utils.permute/unpermute); router, sort and probability
     # scaling add more.
@@ -181,15 +201,20 @@ def graphed_host_shares(scope: frozenset[str], is_moe: bool) -> tuple[float, flo
     return dense, moe if is_moe else 0.0
 
 
-def layer_host_seconds(scope: frozenset[str], is_moe: bool, c: TimeCoefficients) -> float:
+def layer_host_seconds(scope: frozenset[str], is_moe: bool, c: TimeCoefficients, local_experts: float = 0.0) -> float:
     """Host launch time of one layer, forward + backward: the fitted per-layer (and per-MoE-layer)
-    launch time, less what CUDA graphs save on the captured share:
-    t_layer·(1 − s·g_dense) + t_moe·(1 − s·g_moe), s = cuda_graph_overhead_saving."""
+    launch time, less what CUDA graphs save on the captured share, plus the per-expert launches
+    that only a graph of the experts (``moe``, ``full_iteration``) captures:
+    t_layer·(1 − s·g_dense) + t_moe·(1 − s·g_moe) + t_expert·E_local·(1 − s·g_experts),
+    s = cuda_graph_overhead_saving for per-layer graphs, 1 for a full-iteration graph (the step is
+    one graph replay: no Python runs between the captured kernels)."""
     dense_share, moe_share = graphed_host_shares(scope, is_moe)
-    saving = c.cuda_graph_overhead_saving
+    saving = 1.0 if "full_iteration" in scope else c.cuda_graph_overhead_saving
     host = c.layer_overhead_seconds * (1 - saving * dense_share)
     if is_moe:
         host += c.moe_layer_overhead_seconds * (1 - saving * moe_share)
+        experts_graphed = bool(scope & {"moe", "full_iteration"})
+        host += c.expert_host_seconds * local_experts * (1 - saving * experts_graphed)
     return host
 
 
@@ -429,6 +454,7 @@ class RunAmounts:
     nvlink_domain: int
     tokens_per_expert: float
     expert_gemm_size: float
+    local_experts: float
     attention_chunk: float
     dispatcher: str
     ep_overlap: bool
@@ -561,6 +587,7 @@ def time_amounts(run: RunConfig, stages: list[PipelineStage] | None = None) -> R
         nvlink_domain=hardware.nvlink_domain_size,
         tokens_per_expert=shape.tokens / sp * model.moe_router_topk * layout.etp / local_experts,
         expert_gemm_size=model.hidden_size * model.expert_ffn / layout.etp if model.is_moe else 0.0,
+        local_experts=local_experts if model.is_moe else 0.0,
         attention_chunk=options.seq_len / layout.cp / (2 if layout.cp > 1 else 1),
         dispatcher=options.dispatcher,
         ep_overlap=options.overlap_moe_expert_parallel_comm,
@@ -625,9 +652,17 @@ def _gemm_efficiency(tensor_core: str, c: TimeCoefficients) -> float:
     return {
         "bf16": c.gemm_efficiency_bf16,
         "fp8": c.gemm_efficiency_fp8,
-        "mxfp8": c.gemm_efficiency_fp8,
+        "mxfp8": c.gemm_efficiency_mxfp8,
         "nvfp4": c.gemm_efficiency_fp4,
     }[tensor_core]
+
+
+def _grouped_peak(a: RunAmounts, c: TimeCoefficients) -> float:
+    """The peak expert GEMMs are measured against: BF16's, × fp8_grouped_speedup for FP8-class
+    (capped at the FP8 peak); NVFP4 at its own peak."""
+    if a.tensor_core in ("fp8", "mxfp8"):
+        return min(a.bf16_peak * c.fp8_grouped_speedup, a.gemm_peak)
+    return a.gemm_peak
 
 
 def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients) -> StageTime:
@@ -635,7 +670,7 @@ def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients) -> Stage
     clock = c.gpu_clock.get(a.gpu, 1.0)
     gemm = a.gemm_peak * clock * _gemm_efficiency(a.tensor_core, c)
     saturation = grouped_gemm_saturation(a.tokens_per_expert, c, a.expert_gemm_size)
-    expert_rate = a.gemm_peak * clock * c.grouped_gemm_efficiency * saturation
+    expert_rate = _grouped_peak(a, c) * clock * c.grouped_gemm_efficiency * saturation
     attention_rate = a.bf16_peak * clock * c.attention_efficiency * attention_saturation(a.attention_chunk, c)
     tp_bw = _bandwidth(a, a.tp_span, c)
     cp_bw = _bandwidth(a, a.cp_span, c)
@@ -665,7 +700,7 @@ def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients) -> Stage
                 ep *= 1.0 - c.ep_overlap_hidden
         permute = c.moe_permute_passes * g.moe_token_bytes / a.hbm_bandwidth
         recompute = recompute_seconds(a, g, gemm, dense, experts, attention, elementwise, ep + permute)
-        host = layer_host_seconds(a.cuda_graph_scope, g.is_moe, c)
+        host = layer_host_seconds(a.cuda_graph_scope, g.is_moe, c, a.local_experts)
         gpu = dense + experts + attention + elementwise + recompute + tp + cp + ep + permute
         # A full-iteration graph cannot contain a device-to-host sync (Megatron requires the
         # static-shape path for it), so no dispatcher blocks the host there.
@@ -688,6 +723,11 @@ def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients) -> Stage
     # Interleaved: every microbatch passes each rank once per model chunk, so vpp sends and
     # receives per rank per microbatch (schedules.py forward_backward_pipelining_with_interleaving).
     pp = a.vpp * stage.pp_bytes / _bandwidth(a, a.nvlink_domain + 1, c) if stage.pp_bytes else 0.0
+    if a.vpp > 1:
+        # Bridge sets overlap_p2p_comm=True whenever VPP > 1 (comm_overlap.py:422-560,
+        # megatron-bridge-facts.md §2): each chunk's send/recv runs while the next chunk computes,
+        # so only the comm beyond the stage's compute shows.
+        pp = max(0.0, pp - sum(totals[k] for k in ("dense", "expert", "attention", "elementwise", "recompute")))
     return StageTime(
         dense_gemm=totals["dense"],
         expert_gemm=totals["expert"],
