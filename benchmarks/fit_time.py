@@ -44,6 +44,7 @@ from lcmoe.estimate.time import (
     RunAmounts,
     TimeCoefficients,
     combine,
+    dense_fp8_gain,
     time_amounts,
 )
 
@@ -147,6 +148,9 @@ class _FamilySlots:
     gpus: list[str]
     reference: str
     offset: int
+    # An FP8-class MoE row whose dense FP8 gain sets fp8_grouped_speedup when the family has no
+    # BF16 MoE rows to fit it from (None when it is fitted, or the family has no such rows).
+    fp8_prior_case: PerfCase | None = None
 
     @property
     def width(self) -> int:
@@ -180,7 +184,7 @@ def fit_families(cases: list[PerfCase], base: TimeCoefficients | None = None) ->
         # own), so their misfit stays visible and shapes the long-context terms.
         containers = sorted({c.container for c in rows} - {reference, LONG_CONTEXT}, key=version_key)
         gpus = sorted({c.run.hardware.name for c in rows} - set(REFERENCE_GPUS))
-        slot = _FamilySlots(rows, names, containers, gpus, reference, len(start))
+        slot = _FamilySlots(rows, names, containers, gpus, reference, len(start), _fp8_prior_case(rows, names))
         slots[family] = slot
         bounds = family_bounds(family)
         extras = len(containers) + len(gpus)
@@ -196,7 +200,7 @@ def fit_families(cases: list[PerfCase], base: TimeCoefficients | None = None) ->
         own = values[slot.offset : slot.offset + len(slot.names)]
         logs = values[slot.offset + len(slot.names) : slot.offset + slot.width]
         factors = dict(zip(slot.containers + [GPU_PREFIX + g for g in slot.gpus], np.exp(logs), strict=True))
-        return dataclasses.replace(
+        coefficients = dataclasses.replace(
             start_coeffs,
             **{n: float(v) for n, v in zip(shared, values[: len(shared)], strict=True)},
             **{n: float(v) for n, v in zip(slot.names, own, strict=True)},
@@ -207,6 +211,11 @@ def fit_families(cases: list[PerfCase], base: TimeCoefficients | None = None) ->
                 "reference_container": slot.reference,
             },
         )
+        if slot.fp8_prior_case is None:
+            return coefficients
+        low, high = BOUNDS["fp8_grouped_speedup"]
+        gain = dense_fp8_gain(amounts(slot.fp8_prior_case), coefficients)
+        return dataclasses.replace(coefficients, fp8_grouped_speedup=min(high, max(low, gain)))
 
     def objective(vector: np.ndarray) -> np.ndarray:
         parts = []
@@ -217,6 +226,19 @@ def fit_families(cases: list[PerfCase], base: TimeCoefficients | None = None) ->
 
     result = least_squares(objective, x0, bounds=(lo / sc, hi / sc), loss="soft_l1", f_scale=ROW_SCALE, max_nfev=200)
     return {family: build(result.x, slot) for family, slot in slots.items()}
+
+
+def _fp8_prior_case(cases: list[PerfCase], names: list[str]) -> PerfCase | None:
+    """Where fp8_grouped_speedup is not fitted, one FP8-class MoE row of the family's most common
+    FP8 recipe: its dense FP8 gain (time.dense_fp8_gain) stands in for the expert GEMMs' gain."""
+    if "fp8_grouped_speedup" in names:
+        return None
+    fp8_moe = [c for c in cases if c.run.model.is_moe and c.run.options.tensor_core_precision in ("fp8", "mxfp8")]
+    if not fp8_moe:
+        return None
+    precisions = [c.run.options.tensor_core_precision for c in fp8_moe]
+    common = max(set(precisions), key=precisions.count)
+    return next(c for c in fp8_moe if c.run.options.tensor_core_precision == common)
 
 
 def load_cases() -> list[PerfCase]:

@@ -13,6 +13,7 @@ from lcmoe.estimate.time import (
     COEFFICIENT_BOUNDS,
     TimeCoefficients,
     attention_efficiency_on_counted_flops,
+    dense_fp8_gain,
     estimate_time,
     layer_host_seconds,
     shipped_time_coefficients,
@@ -125,6 +126,22 @@ def test_fp8_grouped_speedup_sets_the_expert_gemm_ratio_to_bf16() -> None:
     t_bf16 = stage_time(bf16, bf16.stages[0], c).expert_gemm
     t_fp8 = stage_time(fp8, fp8.stages[0], c).expert_gemm
     assert t_bf16 / t_fp8 == pytest.approx(1.25)
+
+
+def test_dense_fp8_gain_is_the_dense_rate_ratio() -> None:
+    # H100: FP8 peak 2x BF16's, so the gain is 2 * e_fp8 / e_bf16 (0.52 / 0.61 -> 1.70).
+    fp8 = time_amounts(with_options(make_run(), precision="fp8-blockwise"))
+    c = replace(TimeCoefficients(), gemm_efficiency_fp8=0.52, gemm_efficiency_bf16=0.61)
+    assert fp8.gemm_peak / fp8.bf16_peak == pytest.approx(2.0, rel=0.01)
+    assert dense_fp8_gain(fp8, c) == pytest.approx(fp8.gemm_peak / fp8.bf16_peak * 0.52 / 0.61)
+
+
+def test_hopper_expert_fp8_speedup_is_its_dense_fp8_gain() -> None:
+    # Hopper has no BF16 MoE row to fit the ratio from, so the fit ships its dense FP8 gain.
+    c = shipped_time_coefficients("hopper")
+    fp8 = time_amounts(with_options(make_run(), precision="fp8-blockwise"))
+    low, high = COEFFICIENT_BOUNDS["fp8_grouped_speedup"]
+    assert c.fp8_grouped_speedup == pytest.approx(min(high, max(low, dense_fp8_gain(fp8, c))), rel=1e-6)
 
 
 def test_interleaved_pipeline_hides_p2p_behind_compute() -> None:
