@@ -47,7 +47,7 @@ def million_line_log() -> dict[str, object]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", type=int, default=10_000)
-    parser.add_argument("--surface", nargs="*", default=list(SURFACES))
+    parser.add_argument("--surface", nargs="*", default=list(SURFACES), choices=list(SURFACES))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", dest="json_out")
     args = parser.parse_args(argv)

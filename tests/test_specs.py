@@ -6,9 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from lcmoe.catalog import hardware_names, load_hardware, load_model, load_model_file, model_names
 from lcmoe.errors import LcmoeError, UnknownNameError
+from lcmoe.specs._validate import validate_or_explain
 from lcmoe.specs.hf import model_from_hf_config
 from lcmoe.specs.model import ModelSpec, parse_layer_pattern
 from tests.helpers import HF_FAMILY_BASE
@@ -177,3 +179,14 @@ def test_hf_config_each_family_builds(tmp_path: Path, model_type: str) -> None:
     path.write_text(json.dumps(base))
     spec = model_from_hf_config(path)
     assert spec.num_layers == 8
+
+
+def test_a_bad_field_with_control_characters_stays_one_sentence() -> None:
+    # Found by benchmarks/fuzz.py (hardware-yaml): a `sources` key of "\n\f" broke the sentence.
+    class Spec(BaseModel):
+        sources: dict[str, str]
+
+    with pytest.raises(LcmoeError) as err:
+        validate_or_explain(Spec, {"sources": {"\n\x0c": 1}}, origin="fuzz.yaml")
+    text = str(err.value)
+    assert text.isprintable() and "'\\n\\x0c'" in text
