@@ -172,8 +172,8 @@ _DISPATCHER_RELATIVE = {"alltoall": 0.75, "allgather": 0.6, "deepep": 1.0, "hybr
 # ``num_recv_tokens_per_expert_list`` to Python). Dropless HybridEP reads its count back as well
 # (DeepEP hybrid_ep_buffer.py ``num_dispatched_tokens_tensor.item()``; token_dispatcher.py
 # _HybridEPManager: "CPU sync in dispatch" unless moe_expert_rank_capacity_factor gives a static
-# budget), but charging it the same contradicts the published HybridEP runs (refit MAPE 5.1% →
-# 5.8%, and the DeepEP / alltoall Qwen3-30B H100 rows then +50…+67%): the model keeps HybridEP
+# budget), but charging it the same contradicts the published HybridEP runs (refit MAPE 5.3% →
+# 6.3%, and the DeepEP / alltoall Qwen3-30B H100 rows then +32…+40%): the model keeps HybridEP
 # unblocked, an approximation the data supports rather than the code.
 HOST_SYNCING_DISPATCHERS = frozenset({"alltoall", "allgather", "deepep"})
 
