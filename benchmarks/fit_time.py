@@ -7,10 +7,10 @@ Target: published model TFLOP/s/GPU. Residual: log(predicted / published), plain
 fit: each family (hopper, blackwell) gets its own dense-GEMM efficiency per precision class,
 grouped-GEMM and attention efficiencies, dense-layer host time and EP-link efficiencies; the
 software's own terms (MoE host launch time per layer and per local expert, the share of EP
-dispatch the a2a-overlap schedule hides: SHARED) are common to both; the CP-ring hidden share is
-fitted on the long-context rows (the only CP > 1 data). Every efficiency is bounded by a
-measured kernel ceiling (see BOUNDS), and the attention efficiency by the family's measured
-kernel range (family_bounds).
+dispatch the a2a-overlap schedule hides, the Mamba scan rate: SHARED) are common to both; the
+CP-ring hidden share is fitted on the long-context rows (the only CP > 1 data). Every efficiency
+is bounded by a measured kernel ceiling (see BOUNDS), and the attention efficiency by the
+family's measured kernel range (family_bounds).
 
     pip install '.[bench]'
     python benchmarks/fit_time.py [--write] [--lomo]
@@ -80,6 +80,8 @@ def parameters_for(cases: list[PerfCase]) -> list[str]:
     moe_precisions = {c.run.options.tensor_core_precision for c in cases if c.run.model.is_moe}
     if "bf16" in moe_precisions and moe_precisions & {"fp8", "mxfp8"}:
         names.append("fp8_grouped_speedup")
+    if any(c.run.model.mamba_num_heads for c in cases):
+        names.append("mamba_scan_flops_per_second")
     if any(c.run.layout.cp > 1 for c in cases) and _moves_residuals(cases, "cp_ring_hidden"):
         names.append("cp_ring_hidden")
     return names
@@ -142,10 +144,11 @@ def family_bounds(architecture: str) -> dict[str, tuple[float, float]]:
 
 
 # Coefficients of the software rather than the GPU, fitted once on every family's rows: the
-# host launch path (the same Megatron/TE Python on DGX x86 and Grace hosts) and the share of EP
-# dispatch the 1F1B a2a-overlap schedule hides. Sharing them lets each family's rows inform the
-# other's (a model left out is then still seen through these terms on the other family).
-SHARED = ("moe_layer_overhead_seconds", "expert_host_seconds", "ep_overlap_hidden")
+# host launch path (the same Megatron/TE Python on DGX x86 and Grace hosts), the share of EP
+# dispatch the 1F1B a2a-overlap schedule hides, and the Mamba scan rate (TimeCoefficients).
+# Sharing them lets each family's rows inform the other's (a model left out is then still seen
+# through these terms on the other family).
+SHARED = ("moe_layer_overhead_seconds", "expert_host_seconds", "ep_overlap_hidden", "mamba_scan_flops_per_second")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,7 +171,7 @@ class _FamilySlots:
 
 
 def _scale(name: str) -> float:
-    units = {"moe_permute_passes": 10.0, "grouped_gemm_half_size": 1e7}
+    units = {"moe_permute_passes": 10.0, "grouped_gemm_half_size": 1e7, "mamba_scan_flops_per_second": 1e13}
     return 1e-3 if name.endswith("_seconds") else units.get(name, 1.0)
 
 

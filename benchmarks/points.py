@@ -29,6 +29,7 @@ LABEL_TO_CATALOG = {
     "gptoss120b": "gpt-oss-120b",
     "qwen3next80ba3b": "qwen3-next-80b-a3b",
     "qwen3235ba22b": "qwen3-235b-a22b",
+    "nemotron3nano": "nemotron-3-nano-30b-a3b",
 }
 PRECISION = {
     "bf16": "bf16",
@@ -61,6 +62,9 @@ def recipe_settings(row: dict[str, str], name: str) -> dict[str, Any]:
       (cuda_graph_impl=transformer_engine, scope mlp; perf_recipes.csv).
     - Moonlight-16B-A3B (moonlight_16b_pretrain_8gpu_h100_bf16_config at Bridge 600d069b8):
       BF16 gradients and the precision-aware optimizer's BF16 Adam moments.
+    - Nemotron-3 Nano (nemotron_3_nano_pretrain_8gpu_h100_bf16_config at the same commit,
+      recipes/nemotronh/h100/nemotron_3_nano.py:198, 230): ddp.grad_reduce_in_fp32=False, so BF16
+      gradients, with FP32 Adam.
     """
     task = row.get("task", "").lower()
     settings: dict[str, Any] = {}
@@ -72,6 +76,8 @@ def recipe_settings(row: dict[str, str], name: str) -> dict[str, Any]:
         settings["cuda_graph_scope"] = {"mlp"}
     if name == "moonlight-16b-a3b":
         settings.update(main_grads_dtype="bf16", exp_avg_dtype="bf16")
+    if name == "nemotron-3-nano-30b-a3b":
+        settings["main_grads_dtype"] = "bf16"
     return settings
 
 
@@ -80,7 +86,7 @@ def measured_allocated_bytes(row: dict[str, str]) -> float | None:
     reports one."""
     metric = row.get("metric", "")
     value = row.get("peak_mem_gb", "")
-    if ("alloc" not in metric and metric != "peak_mem") or not value:
+    if ("alloc" not in metric and not metric.startswith("peak_mem")) or not value:
         return None
     try:
         return float(value) * (2**30 if row.get("mem_unit") == "GiB" else 1e9)
@@ -110,7 +116,7 @@ def point_config(row: dict[str, str]) -> tuple[Any, Any, ParallelLayout, Trainin
     scopes: set[str] = set()
     if "full-iteration cuda graph" in detail:
         scopes.add("full_iteration")
-    for scope in ("attn", "mlp", "moe_router", "moe_preprocess"):
+    for scope in ("attn", "mlp", "mamba", "moe_router", "moe_preprocess"):
         if re.search(rf"cuda graphs? (?:scope )?[^;]*\b{scope}\b", detail):
             scopes.add(scope)
     dispatcher = (row.get("dispatcher") or next((d for d in ("hybridep", "deepep") if d in detail), "")).lower()
@@ -194,6 +200,8 @@ def evaluate_points(path: str, *, verbose: bool = True) -> dict[str, Any]:
             print(
                 f"  {r['peak_allocated_gib']:6.1f} vs {r['measured_allocated_gib']:6.1f} GiB "
                 f"{r['measured_err_pct']:+6.1f}%  {r['row']}"
+                # An OOM run logs its memory before the allocation that fails: a lower bound.
+                + ("  (OOM run: logged before its peak)" if r["documented"] == "oom" else "")
             )
     agree = sum(bool(r["agree"]) for r in results)
     return {

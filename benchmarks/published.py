@@ -27,6 +27,7 @@ MODEL_BASE_TO_CATALOG = {
     "LLAMA3_70B": "llama3-70b",
     "LLAMA3.1_405B": "llama3.1-405b",
     "LLAMA3_8B": "llama3-8b",
+    "Nemotron_3_Nano": "nemotron-3-nano-30b-a3b",
 }
 
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from lcmoe.errors import LcmoeError
-from lcmoe.estimate.params import layer_signature
-from lcmoe.specs.model import AttentionKind, ModelSpec
+from lcmoe.estimate.params import LayerSignature, layer_signature
+from lcmoe.specs.model import ModelSpec
 
 
 class Axis(str, Enum):
@@ -233,7 +233,7 @@ def pipeline_stages(model: ModelSpec, layout: ParallelLayout) -> list[PipelineSt
     stages = []
     for rank in range(layout.pp):
         own = tuple(chunks[v * layout.pp + rank] for v in range(layout.vpp))
-        groups: dict[tuple[bool, AttentionKind], list[int]] = {}
+        groups: dict[LayerSignature, list[int]] = {}
         for chunk in own:
             for layer in chunk.decoder_layers:
                 groups.setdefault(layer_signature(model, layer), [layer, 0])[1] += 1

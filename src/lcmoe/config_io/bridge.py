@@ -33,6 +33,7 @@ RECIPES = {
     "llama3-70b": "llama3_70b_pretrain_config",
     "llama3.1-405b": "llama31_405b_pretrain_config",
     "llama3-8b": "llama3_8b_pretrain_config",
+    "nemotron-3-nano-30b-a3b": "nemotron_3_nano_pretrain_config",
 }
 # Recipes whose ConfigContainer has ``comm_overlap=None`` in megatron-bridge 0.6.2 (built and
 # checked by tests/test_bridge_runtime.py); the others carry a CommOverlapConfig.

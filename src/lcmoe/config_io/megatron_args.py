@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from lcmoe.errors import LcmoeError
 from lcmoe.layout import ParallelLayout
-from lcmoe.specs.model import ModelSpec, model_from_dict
+from lcmoe.specs.model import ModelSpec, model_from_dict, split_hybrid_pattern
 from lcmoe.units import real_number, whole_number
 from lcmoe.workload import TrainingOptions
 
@@ -93,12 +93,13 @@ def _float(args: dict[str, Any], key: str, default: float) -> float:
 
 
 def model_from_args(args: dict[str, Any], *, vocab_size: int | None = None, name: str = "megatron-args") -> ModelSpec:
-    if args.get("hybrid-layer-pattern") or args.get("mamba-num-heads"):
+    pattern = args.get("hybrid-layer-pattern")
+    if args.get("mamba-num-heads") and not isinstance(pattern, str):
         raise UnsupportedConfig(
-            "--hybrid-layer-pattern",
-            args.get("hybrid-layer-pattern"),
-            "Mamba hybrid models are not modelled by lcmoe yet",
-            "use a transformer model",
+            "--mamba-num-heads",
+            args.get("mamba-num-heads"),
+            "Mamba layers are modelled only in a hybrid model",
+            "give --hybrid-layer-pattern (pretrain_hybrid.py)",
         )
     if args.get("moe-latent-size"):
         raise UnsupportedConfig(
@@ -118,7 +119,7 @@ def model_from_args(args: dict[str, Any], *, vocab_size: int | None = None, name
     data: dict[str, Any] = {
         "name": name,
         "family": "megatron-args",
-        "num_layers": _req(args, "num-layers"),
+        "num_layers": _int(args, "num-layers") if isinstance(pattern, str) else _req(args, "num-layers"),
         "hidden_size": hidden,
         "ffn_hidden_size": ffn,
         "num_attention_heads": heads,
@@ -153,7 +154,31 @@ def model_from_args(args: dict[str, Any], *, vocab_size: int | None = None, name
             moe_layer_freq=str(freq_raw) if not isinstance(freq_raw, int) else freq_raw,
             moe_router_enable_expert_bias=bool(args.get("moe-router-enable-expert-bias")),
         )
+    if isinstance(pattern, str):
+        data.update(hybrid_fields(args, pattern, hidden))
     return model_from_dict(data, origin="Megatron-LM arguments")
+
+
+def hybrid_fields(args: dict[str, Any], pattern: str, hidden: int) -> dict[str, Any]:
+    """pretrain_hybrid.py's model fields: the pattern (its layer and MTP-depth counts stand in
+    for --num-layers / --mtp-num-layers when those are absent, as in parse_hybrid_pattern) and
+    the Mamba sizes with Megatron's defaults (arguments.py: state 128, head dim 64, 8 groups,
+    heads 2h/head_dim when --mamba-num-heads is unset)."""
+    try:
+        layers, _, depths = split_hybrid_pattern(pattern)
+    except ValueError as err:
+        raise UnsupportedConfig("--hybrid-layer-pattern", pattern, str(err), "use M, *, - and E layers") from None
+    head_dim = _int(args, "mamba-head-dim", 64) or 64
+    return {
+        "hybrid_layer_pattern": pattern,
+        "num_layers": _int(args, "num-layers", len(layers)) or len(layers),
+        "mtp_num_layers": _int(args, "mtp-num-layers", depths) or 0,
+        "moe_layer_freq": 1,
+        "mamba_num_heads": _int(args, "mamba-num-heads", 2 * hidden // head_dim),
+        "mamba_head_dim": head_dim,
+        "mamba_state_dim": _int(args, "mamba-state-dim", 128),
+        "mamba_num_groups": _int(args, "mamba-num-groups", 8),
+    }
 
 
 def layout_from_args(args: dict[str, Any], *, world_size: int, num_layers: int) -> ParallelLayout:

@@ -64,15 +64,25 @@ def transformer_config_kwargs(run: RunConfig) -> tuple[str, dict[str, Any]]:
             linear_value_head_dim=model.linear_value_head_dim,
             linear_conv_kernel_dim=model.linear_conv_kernel_dim,
         )
+    if model.is_hybrid:
+        # The layer pattern itself goes to HybridModel (hybrid_layer_pattern), not the config.
+        kwargs.update(
+            is_hybrid_model=True,
+            mamba_num_heads=model.mamba_num_heads,
+            mamba_head_dim=model.mamba_head_dim,
+            mamba_state_dim=model.mamba_state_dim,
+            mamba_num_groups=model.mamba_num_groups,
+        )
     if model.is_moe:
         kwargs.update(
             num_moe_experts=model.num_moe_experts,
             moe_ffn_hidden_size=model.expert_ffn,
             moe_router_topk=model.moe_router_topk,
-            moe_layer_freq=[int(x) for x in model.moe_layer_pattern()],
             moe_grouped_gemm=True,
             overlap_moe_expert_parallel_comm=opt.overlap_moe_expert_parallel_comm,
         )
+        if not model.is_hybrid:
+            kwargs["moe_layer_freq"] = [int(x) for x in model.moe_layer_pattern()]
         if model.shared_ffn:
             kwargs["moe_shared_expert_intermediate_size"] = model.shared_ffn
         if model.moe_router_num_groups:

@@ -53,14 +53,15 @@ def _plan_files(run: RunConfig, prediction: dict[str, Any], settings: LaunchSett
     }
 
 
-def run_md(payload: dict[str, Any], gpu_hours: float, steps: int) -> str:
+def run_md(payload: dict[str, Any], gpu_hours: float, steps: int, *, hybrid: bool = False) -> str:
     best = payload["plans"][0]
+    script = "pretrain_hybrid.py --hybrid-layer-pattern=..." if hybrid else "pretrain_gpt.py"
     time, memory, inputs = best["time"], best["memory"], payload["inputs"]
     return f"""# lcmoe plan — {inputs["model"]} on {inputs["num_gpus"]} × {inputs["gpu"]}
 
 Run: `sbatch launch.sbatch` (or `python nemo_run_launch.py`). Before spending the allocation, check on one
 node that the container has the dispatcher package this plan uses and the environment in `launch.sbatch`.
-Megatron-LM users: `pretrain_gpt.py $(cat megatron_lm_args.txt)` plus your model/data arguments.
+Megatron-LM users: `{script} $(cat megatron_lm_args.txt)` plus your model/data arguments.
 
 What to expect in the log (Bridge `training_log` line, steady-state iterations):
 - step time ≈ {time["step_seconds"]:.2f} s, model TFLOP/s/GPU ≈ {time["model_tflops_per_gpu"]:.0f},
@@ -110,7 +111,9 @@ def write_plan_directory(
         (staging / "plan.json").write_text(json.dumps(plan_doc, indent=2, default=str) + "\n", encoding="utf-8")
         for name, text in _plan_files(best.run, payload["plans"][0], launch).items():
             (staging / name).write_text(text, encoding="utf-8")
-        (staging / "RUN.md").write_text(run_md(payload, gpu_hours, steps), encoding="utf-8")
+        (staging / "RUN.md").write_text(
+            run_md(payload, gpu_hours, steps, hybrid=best.run.model.is_hybrid), encoding="utf-8"
+        )
         if result.fallback is not None:
             (staging / "fallback").mkdir()
             for name, text in _plan_files(result.fallback.run, payload["fallback"], launch).items():

@@ -10,14 +10,18 @@ transcribed in megatron-bridge-facts.md §4. Conventions (facts §4.1):
 * the router, norms (except MLA/MTP norms that Bridge counts) and softmax are not counted.
 
 Per token at fixed sequence length s (``ŝ = S2/S1 = s``):
-``F/token = MLP + A + MTP-projection + logits`` with the terms below.
+``F/token = MLP + A + MTP-projection + logits`` with the terms below. Hybrid Mamba models
+(``hybrid_layer_pattern``) take Bridge's separate hybrid path (flop_utils.py:801-945,
+1587-1655): layers counted by symbol over the main pattern and the MTP depths, no MTP
+projection term, and Bridge's own Mamba count (``hybrid_flops_per_token``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lcmoe.specs.model import ModelSpec
+from lcmoe.estimate.params import attention_kind
+from lcmoe.specs.model import AttentionKind, ModelSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +36,7 @@ class FlopsBreakdown:
     linear_attention: float
     mtp_projection: float
     logits: float
+    mamba: float = 0.0
 
     @property
     def total(self) -> float:
@@ -44,6 +49,7 @@ class FlopsBreakdown:
             + self.linear_attention
             + self.mtp_projection
             + self.logits
+            + self.mamba
         )
 
     def as_dict(self) -> dict[str, float]:
@@ -56,6 +62,7 @@ class FlopsBreakdown:
             "linear_attention": self.linear_attention,
             "mtp_projection": self.mtp_projection,
             "logits": self.logits,
+            "mamba": self.mamba,
         }
 
 
@@ -151,8 +158,49 @@ def logits_flops_per_token(spec: ModelSpec, tp: int = 1) -> float:
     return 6.0 * spec.hidden_size * spec.padded_vocab_size(tp) * (spec.mtp_num_layers + 1)
 
 
+def bridge_mamba_flops_per_layer(spec: ModelSpec) -> float:
+    """Bridge's Mamba layer count, ×3 for training (flop_utils.py:801-826 mamba_layer_flops):
+    3·[2h·(2·d_in + 2·G·N + nh) + 7·d_in·N + 2·d_in·h] with d_in = 2h — Bridge's d_in is 2h,
+    not nh·hd, so its count exceeds the mixer's GEMMs when nh·hd < 2h (Nemotron-3 Nano: 4096
+    vs 5376); lcmoe repeats it so its TFLOP/s match the logged ones."""
+    h, state, groups, heads = spec.hidden_size, spec.mamba_state_dim, spec.mamba_num_groups, spec.mamba_num_heads
+    d_in = 2 * h
+    return 3.0 * (2 * h * (2 * d_in + 2 * groups * state + heads) + 7 * d_in * state + 2 * d_in * h)
+
+
+def hybrid_flops_per_token(spec: ModelSpec, seq_len: int, *, tp: int = 1) -> FlopsBreakdown:
+    """Bridge's hybrid path per token (flop_utils.py:849-945): with counts N_sym over main layers
+    and MTP depths, 3·[N_attn·(4h·q·(1 + g/n) + 2q·ŝ) + N_mlp·4·ffn·h·(1.5 if GLU)
+    + N_mamba·mamba + N_moe·4h·(f_moe·k + f_sh)·(1.5 if GLU) + 2h·V·(1 + m)]; SWA layers use
+    2c for ŝ. Per-layer attention/MLP terms equal the transformer path's; the MTP eh projection
+    is not counted."""
+    counts = spec.hybrid_layer_counts()
+    h, e = spec.hidden_size, spec.glu_factor
+    n_attn = counts["*"]
+    # Bridge numbers SWA layers by position in the main pattern; MTP attention stays full.
+    n_swa = sum(attention_kind(spec, i) is AttentionKind.SWA for i in range(spec.num_layers))
+    q = spec.head_dim * spec.num_attention_heads
+    kv = spec.head_dim * spec.query_groups
+    projections = 6.0 * n_attn * (h * (q + 2 * kv) + q * h)
+    swa_core = n_swa * 2 * q * swa_context(spec, seq_len) if n_swa else 0.0
+    core = 6.0 * ((n_attn - n_swa) * q * seq_len + swa_core)
+    return FlopsBreakdown(
+        dense_mlp=6.0 * h * e * spec.ffn_hidden_size * counts["-"],
+        routed_experts=6.0 * h * e * spec.expert_ffn * spec.moe_router_topk * counts["E"],
+        shared_experts=6.0 * h * e * spec.shared_ffn * counts["E"],
+        attention_projections=projections,
+        attention_core=core,
+        linear_attention=0.0,
+        mtp_projection=0.0,
+        logits=logits_flops_per_token(spec, tp),
+        mamba=counts["M"] * bridge_mamba_flops_per_layer(spec),
+    )
+
+
 def flops_per_token(spec: ModelSpec, seq_len: int, *, tp: int = 1) -> FlopsBreakdown:
     """Bridge's model FLOPs per token for fixed-length (non-packed) sequences of ``seq_len``."""
+    if spec.is_hybrid:
+        return hybrid_flops_per_token(spec, seq_len, tp=tp)
     dense, routed, shared = mlp_flops_per_token(spec)
     if spec.multi_latent_attention:
         projections, core = mla_flops_per_token(spec, seq_len)

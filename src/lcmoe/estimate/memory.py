@@ -29,7 +29,7 @@ from importlib import resources
 
 import yaml
 
-from lcmoe.estimate.params import attention_kind, layer_params, layer_signature, mtp_extra_params
+from lcmoe.estimate.params import LayerSignature, attention_kind, layer_params, layer_signature, mtp_extra_params
 from lcmoe.layout import ParallelLayout, PipelineStage, inflight_microbatch_chunks, pipeline_stages
 from lcmoe.specs.hardware import HardwareSpec
 from lcmoe.specs.model import AttentionKind, ModelSpec
@@ -102,7 +102,7 @@ def stage_params_per_gpu(model: ModelSpec, layout: ParallelLayout, stage: Pipeli
         dense += count * lp.dense
         expert += count * lp.routed_experts
     if stage.mtp_layers:
-        last = layer_params(model, model.num_layers - 1)
+        last = layer_params(model, model.mtp_layer)
         dense += stage.mtp_layers * (last.dense + mtp_extra_params(model))
         expert += stage.mtp_layers * last.routed_experts
     vocab_h = model.padded_vocab_size(layout.tp) * model.hidden_size
@@ -318,6 +318,20 @@ def gdn_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingO
     return stored + dropout_mask_bytes(shape, h, options.hidden_dropout)
 
 
+def mamba_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions) -> float:
+    """Mamba-2 mixer: fused norm + in_proj input; the z·x·B·C·dt projection 2·T·(2·d_i + 2·G·N
+    + nh)/tp and the scan output before its gate 2·T·d_i/tp, both saved by the fused
+    conv1d+scan kernel that training runs (mamba_mixer.py ``_ssm_training`` →
+    ``mamba_split_conv1d_scan_combined``, which recomputes the conv and states in backward);
+    the gated RMSNorm input 2·T·d_i/tp; out_proj input a·T·d_i/tp; dropout mask."""
+    h, d_inner = model.hidden_size, model.mamba_inner_size
+    projection = 2 * d_inner + 2 * model.mamba_num_groups * model.mamba_state_dim + model.mamba_num_heads
+    stored = norm_bytes(shape, h, options, standalone=False)
+    stored += BF16 * shape.tokens * (projection + 2 * d_inner) / shape.tp
+    stored += shape.stored_gemm_input * shape.tokens * d_inner / shape.tp
+    return stored + dropout_mask_bytes(shape, h, options.hidden_dropout)
+
+
 def dense_mlp_activation_bytes(
     model: ModelSpec, shape: TokenShape, options: TrainingOptions, ffn: int, tp: int
 ) -> float:
@@ -382,12 +396,18 @@ def layer_activation_bytes(
         attn = mla_attention_activation_bytes(model, shape, options)
     elif kind is AttentionKind.GDN:
         attn = gdn_activation_bytes(model, shape, options)
+    elif kind is AttentionKind.MAMBA:
+        attn = mamba_activation_bytes(model, shape, options)
+    elif kind is AttentionKind.NONE:
+        attn = 0.0
     else:
         attn = gqa_attention_activation_bytes(model, shape, options)
     if model.is_moe_layer(layer):
         mlp = moe_scale * moe_activation_bytes(model, shape, options)
-    else:
+    elif model.has_mlp(layer):
         mlp = dense_mlp_activation_bytes(model, shape, options, model.ffn_hidden_size, shape.tp)
+    else:
+        mlp = 0.0
     offloaded = activation_offload_saving(model, layer, shape, options)
     return max(attn + mlp - offloaded, 0.0)
 
@@ -404,21 +424,23 @@ def activation_offload_saving(model: ModelSpec, layer: int, shape: TokenShape, o
         return 0.0
     h = model.hidden_size
     saving = 0.0
-    standalone_attn_norm = attention_kind(model, layer) is AttentionKind.MLA
+    kind = attention_kind(model, layer)
+    standalone_attn_norm = kind is AttentionKind.MLA
+    has_attention = kind in (AttentionKind.MLA, AttentionKind.GQA, AttentionKind.SWA)
     # Megatron offloads only standalone norms (transformer_layer.py ``offload_attn_norm`` /
     # ``offload_mlp_norm`` require a norm that is not an IdentityOp; see norm_bytes).
     if "attn_norm" in mods and standalone_attn_norm:
         saving += BF16 * shape.tokens * h / shape.sp
     if "mlp_norm" in mods and model.is_moe_layer(layer):
         saving += BF16 * shape.tokens * h / shape.sp
-    if "qkv_linear" in mods and not (standalone_attn_norm and options.recomputes("layernorm")):
+    if "qkv_linear" in mods and has_attention and not (standalone_attn_norm and options.recomputes("layernorm")):
         saving += shape.stored_gemm_input * shape.tokens * h / shape.sp
-    if "core_attn" in mods and attention_kind(model, layer) is not AttentionKind.GDN:
+    if "core_attn" in mods and has_attention:
         q = model.num_attention_heads * model.head_dim
         kv = model.query_groups * model.head_dim
         saving += BF16 * shape.tokens * (q + 2 * kv) / shape.tp
         saving += core_attention_bytes(model, shape, options, q, q)
-    if "attn_proj" in mods and options.is_fp8:
+    if "attn_proj" in mods and options.is_fp8 and has_attention:
         saving += shape.tokens * model.num_attention_heads * model.head_dim / shape.tp
     if model.is_moe_layer(layer) and not options.recomputes("moe"):
         td = dispatched_tokens(model, shape, options)
@@ -432,11 +454,11 @@ def activation_offload_saving(model: ModelSpec, layer: int, shape: TokenShape, o
 def mtp_layer_activation_bytes(
     model: ModelSpec, shape: TokenShape, options: TrainingOptions, *, moe_scale: float = 1.0
 ) -> float:
-    """An MTP layer: its transformer layer (same kind as the last decoder layer), the two input
-    norms and the 2h→h projection input 2·2·T·h/sp."""
+    """An MTP layer: its transformer layer (the last decoder layer's kind, or a hybrid model's
+    MTP depth), the two input norms and the 2h→h projection input 2·2·T·h/sp."""
     h = model.hidden_size
     return (
-        layer_activation_bytes(model, model.num_layers - 1, shape, options, moe_scale=moe_scale)
+        layer_activation_bytes(model, model.mtp_layer, shape, options, moe_scale=moe_scale)
         + 3 * BF16 * shape.tokens * h / shape.sp
     )
 
@@ -452,7 +474,7 @@ def chunk_layer_bytes(
 ) -> list[float]:
     """Per-layer stored activations of one model chunk for one microbatch (MTP layers last).
     Identical layers (same MoE flag and attention kind) are computed once."""
-    by_signature: dict[tuple[bool, AttentionKind], float] = {}
+    by_signature: dict[LayerSignature, float] = {}
     per_layer = []
     for layer in layers:
         key = layer_signature(model, layer)
@@ -753,8 +775,22 @@ def cuda_graph_pool_bytes(model: ModelSpec, shape: TokenShape, options: Training
     if not scope or "full_iteration" in scope:
         return 0.0
     per_buffer = BF16 * shape.tokens * model.hidden_size / shape.sp
-    layers = len(stage.decoder_layers) + stage.mtp_layers
-    return 2 * per_buffer * len(scope) * layers
+    layers = [*stage.decoder_layers, *([model.mtp_layer] * stage.mtp_layers)]
+    return 2 * per_buffer * sum(graphed_modules(model, layer, scope) for layer in layers)
+
+
+def graphed_modules(model: ModelSpec, layer: int, scope: frozenset[str]) -> int:
+    """How many of the scope's modules a layer holds: ``attn`` any attention, ``mamba`` a Mamba
+    mixer, ``mlp`` a dense MLP, ``moe`` / ``moe_router`` / ``moe_preprocess`` a MoE block
+    (transformer_config.py cuda_graph_scope; a hybrid model's layer holds one block)."""
+    kind = attention_kind(model, layer)
+    holds = {
+        "attn": kind not in (AttentionKind.MAMBA, AttentionKind.NONE),
+        "mamba": kind is AttentionKind.MAMBA,
+        "mlp": model.has_mlp(layer) and not model.is_moe_layer(layer),
+    }
+    moe = model.is_moe_layer(layer)
+    return sum(holds.get(name, moe) for name in scope)
 
 
 def dispatcher_buffer_bytes(model: ModelSpec, layout: ParallelLayout, options: TrainingOptions) -> float:

@@ -28,13 +28,17 @@ class LayerParams:
 
 
 def attention_kind(spec: ModelSpec, layer: int) -> AttentionKind:
-    """Attention kind of decoder layer ``layer`` (0-based); MTP layers pass ``num_layers - 1``
-    (the rule is ``ModelSpec._attention_kinds``, cached on the frozen spec)."""
+    """Sequence-mixer kind of decoder layer ``layer`` (0-based); MTP layers pass
+    ``spec.mtp_layer`` (the rule is ``ModelSpec._attention_kinds``, cached on the frozen spec)."""
     return spec._attention_kinds[layer]
 
 
-def layer_signature(spec: ModelSpec, layer: int) -> tuple[bool, AttentionKind]:
-    """What makes two layers identical for every cost lcmoe computes: MoE or not, attention kind."""
+LayerSignature = tuple[bool, AttentionKind, bool]
+
+
+def layer_signature(spec: ModelSpec, layer: int) -> LayerSignature:
+    """What makes two layers identical for every cost lcmoe computes: MoE or not, mixer kind,
+    MLP or not (hybrid layers hold one of the two)."""
     return spec._layer_signatures[layer]
 
 
@@ -77,11 +81,26 @@ def gdn_attention_params(spec: ModelSpec) -> int:
     return h * (2 * qk + 2 * vd + 2 * nv) + conv + 2 * nv + spec.linear_value_head_dim + vd * h + h
 
 
+def mamba_mixer_params(spec: ModelSpec) -> int:
+    """Mamba-2 mixer (mamba_mixer.py:281-450): in_proj h·(2·d_i + 2·G·N + nh) with its fused
+    input norm h; conv1d (d_i + 2·G·N)·(W + 1) (weight and bias); dt_bias, A_log, D nh each;
+    gated RMSNorm d_i; out_proj d_i·h (no biases: ``assert not bias``)."""
+    h, d_inner, heads = spec.hidden_size, spec.mamba_inner_size, spec.mamba_num_heads
+    bc = 2 * spec.mamba_num_groups * spec.mamba_state_dim
+    in_proj = h * (2 * d_inner + bc + heads) + h
+    conv = (d_inner + bc) * (spec.mamba_conv_kernel_dim + 1)
+    return in_proj + conv + 3 * heads + d_inner + d_inner * h
+
+
 def attention_params(spec: ModelSpec, kind: AttentionKind) -> int:
     if kind is AttentionKind.MLA:
         return mla_attention_params(spec)
     if kind is AttentionKind.GDN:
         return gdn_attention_params(spec)
+    if kind is AttentionKind.MAMBA:
+        return mamba_mixer_params(spec)
+    if kind is AttentionKind.NONE:
+        return 0
     return gqa_attention_params(spec)
 
 
@@ -110,11 +129,13 @@ def moe_dense_params(spec: ModelSpec) -> int:
 
 
 def layer_params(spec: ModelSpec, layer: int) -> LayerParams:
-    """Parameters of decoder layer ``layer``; for MTP layers pass ``spec.num_layers - 1``."""
+    """Parameters of decoder layer ``layer``; for MTP layers pass ``spec.mtp_layer``."""
     kind = attention_kind(spec, layer)
     is_moe = spec.is_moe_layer(layer)
     if is_moe:
         mlp, experts = moe_dense_params(spec), (spec.num_moe_experts or 0) * expert_params(spec)
+    elif not spec.has_mlp(layer):
+        mlp, experts = 0, 0
     else:
         mlp, experts = dense_mlp_params(spec, spec.ffn_hidden_size), 0
     return LayerParams(attention_params(spec, kind), mlp, experts, is_moe, kind)
@@ -156,7 +177,7 @@ def count_params(spec: ModelSpec, *, include_mtp: bool = True, vocab: int | None
     mtp = 0
     mtp_active = 0
     if include_mtp and spec.mtp_num_layers:
-        last = layer_params(spec, spec.num_layers - 1)
+        last = layer_params(spec, spec.mtp_layer)
         per_layer = last.dense + last.routed_experts + mtp_extra_params(spec)
         mtp = spec.mtp_num_layers * per_layer
         mtp_active = spec.mtp_num_layers * (

@@ -44,7 +44,7 @@ from lcmoe.estimate.memory import (
     stage_params_per_gpu,
     token_shape,
 )
-from lcmoe.estimate.params import attention_kind, layer_signature
+from lcmoe.estimate.params import LayerSignature, attention_kind, layer_signature
 from lcmoe.layout import PipelineStage, pipeline_stages
 from lcmoe.run import RunConfig
 from lcmoe.specs.model import AttentionKind, ModelSpec
@@ -90,6 +90,14 @@ class TimeCoefficients:
     # Share of EP dispatch/combine the 1F1B a2a-overlap schedule (overlap_moe_expert_parallel_comm)
     # hides behind the other microbatch's compute; the prior is a partial hide, the fit decides.
     ep_overlap_hidden: float = 0.4
+    # Mamba-2 chunked-scan throughput on mamba_scan_flops_per_layer's count, an absolute rate
+    # shared by every GPU: the SSD kernels (Triton, fp32 state math) scale with neither tensor-core
+    # peak nor HBM — the Nemotron-3 rows leave about the same absolute per-token time unexplained
+    # on H100 and GB200 without a scan term. Prior: the one public kernel timing found,
+    # mamba_chunk_scan_combined forward at B=16, T=8192, 8 heads × 128, N=128, chunk 64: 6.25 ms
+    # (fla-org/flash-linear-attention PR #50, GPU not stated) = 16.5 TFLOP/s on this count.
+    # Fitted on the Nemotron-3 rows (the only hybrid data).
+    mamba_scan_flops_per_second: float = 1.65e13
     # Fixed (not fitted), from kernels-and-links.md.
     grouped_gemm_half_tokens: float = 512.0
     # cuDNN 9.19 fwd+bwd on H200 (kernels-and-links.md §1a, Llama-3.1 shape) combined as
@@ -149,6 +157,7 @@ COEFFICIENT_BOUNDS: dict[str, tuple[float, float]] = {
     # efficiency: small experts leave SMs idle (kernels-and-links.md §2b: 0.11–0.16 of peak for
     # small N·K at 512 tokens/expert vs 0.56–0.66 for large).
     "grouped_gemm_half_size": (0.0, 5.0e7),
+    "mamba_scan_flops_per_second": (5.0e12, 1.0e15),
 }
 
 
@@ -208,16 +217,39 @@ def graphed_host_shares(scope: frozenset[str], is_moe: bool) -> tuple[float, flo
     return dense, moe if is_moe else 0.0
 
 
-def layer_host_seconds(scope: frozenset[str], is_moe: bool, c: TimeCoefficients, local_experts: float = 0.0) -> float:
+def hybrid_host_units(scope: frozenset[str], kind: AttentionKind, is_moe: bool) -> tuple[float, float]:
+    """(units of t_layer, captured share of them) for a hybrid model's one-block layer: a mixer
+    (Mamba, captured by ``mamba``; attention, by ``attn``) or a dense MLP (``mlp``) is half a
+    transformer layer's non-MoE host work; a MoE-only layer has none beyond its MoE block."""
+    if is_moe:
+        return 0.0, 0.0
+    graph = "mamba" if kind is AttentionKind.MAMBA else "attn" if kind is not AttentionKind.NONE else "mlp"
+    captured = "full_iteration" in scope or graph in scope
+    return 0.5, 1.0 if captured else 0.0
+
+
+def layer_host_seconds(
+    scope: frozenset[str],
+    is_moe: bool,
+    c: TimeCoefficients,
+    local_experts: float = 0.0,
+    *,
+    kind: AttentionKind = AttentionKind.GQA,
+    has_mlp: bool = True,
+) -> float:
     """Host launch time of one layer, forward + backward: the fitted per-layer (and per-MoE-layer)
     launch time, less what CUDA graphs save on the captured share, plus the per-expert launches
     that only a graph of the experts (``moe``, ``full_iteration``) captures:
-    t_layer·(1 − s·g_dense) + t_moe·(1 − s·g_moe) + t_expert·E_local·(1 − s·g_experts),
+    t_layer·u·(1 − s·g_dense) + t_moe·(1 − s·g_moe) + t_expert·E_local·(1 − s·g_experts),
     s = cuda_graph_overhead_saving for per-layer graphs, 1 for a full-iteration graph (the step is
-    one graph replay: no Python runs between the captured kernels)."""
+    one graph replay: no Python runs between the captured kernels); u = 1 for a transformer layer,
+    hybrid_host_units for a hybrid model's one-block layer."""
     dense_share, moe_share = graphed_host_shares(scope, is_moe)
+    units = 1.0
+    if kind is AttentionKind.NONE or not has_mlp:
+        units, dense_share = hybrid_host_units(scope, kind, is_moe)
     saving = 1.0 if "full_iteration" in scope else c.cuda_graph_overhead_saving
-    host = c.layer_overhead_seconds * (1 - saving * dense_share)
+    host = c.layer_overhead_seconds * units * (1 - saving * dense_share)
     if is_moe:
         host += c.moe_layer_overhead_seconds * (1 - saving * moe_share)
         experts_graphed = bool(scope & {"moe", "full_iteration"})
@@ -273,15 +305,24 @@ class LayerFlops:
     linear_attention: float
     up_projection: float  # MLA q/kv up-projections (what mla_up_proj recompute replays)
     dense_mlp: float
+    mamba_scan: float = 0.0
 
 
 def layer_flops_per_token(model: ModelSpec, layer: int, seq_len: int) -> LayerFlops:
-    """The per-layer split of ``estimate.flops`` (same formulas, one layer)."""
+    """The per-layer split of ``estimate.flops`` (same formulas, one layer). A Mamba mixer counts
+    its GEMMs as they run (mamba_gemm_flops_per_layer, not Bridge's 2h count) and its chunked
+    scan apart (mamba_scan_flops_per_layer), which runs at its own rate."""
     h, e = model.hidden_size, model.glu_factor
     kind = attention_kind(model, layer)
     up = 0.0
     linear = 0.0
-    if kind is AttentionKind.MLA:
+    scan = 0.0
+    if kind is AttentionKind.NONE:
+        proj, core = 0.0, 0.0
+    elif kind is AttentionKind.MAMBA:
+        proj, core = mamba_gemm_flops_per_layer(model), 0.0
+        scan = mamba_scan_flops_per_layer(model)
+    elif kind is AttentionKind.MLA:
         n, dn, dr, dv = model.num_attention_heads, model.qk_head_dim, model.qk_pos_emb_head_dim, model.v_head_dim
         rq, rkv = model.q_lora_rank, model.kv_lora_rank
         q_term = rq * (h + n * (dn + dr) + 1) if rq else h * n * (dn + dr)
@@ -300,10 +341,28 @@ def layer_flops_per_token(model: ModelSpec, layer: int, seq_len: int) -> LayerFl
     if model.is_moe_layer(layer):
         mlp_dense = 6.0 * h * e * model.shared_ffn
         experts = 6.0 * h * e * model.expert_ffn * model.moe_router_topk
-    else:
+    elif model.has_mlp(layer):
         mlp_dense = 6.0 * h * e * model.ffn_hidden_size
         experts = 0.0
-    return LayerFlops(proj + mlp_dense, experts, core, linear, up, mlp_dense)
+    else:
+        mlp_dense, experts = 0.0, 0.0
+    return LayerFlops(proj + mlp_dense, experts, core, linear, up, mlp_dense, scan)
+
+
+def mamba_gemm_flops_per_layer(model: ModelSpec) -> float:
+    """in_proj and out_proj as the mixer runs them: 6·h·(2·d_i + 2·G·N + nh) + 6·d_i·h
+    (mamba_mixer.py:281-450)."""
+    h, d_inner = model.hidden_size, model.mamba_inner_size
+    projection = 2 * d_inner + 2 * model.mamba_num_groups * model.mamba_state_dim + model.mamba_num_heads
+    return 6.0 * (h * projection + d_inner * h)
+
+
+def mamba_scan_flops_per_layer(model: ModelSpec) -> float:
+    """Chunked SSD scan (Dao & Gu 2024, "Transformers are SSMs", §6), per token forward: the
+    intra-chunk C·Bᵀ (2·Q·G·N) and its product with X (2·Q·d_i), the chunk states Bᵀ·X and their
+    read-out C·state (2·2·N·d_i); ×3 for training. Q = mamba_chunk_size."""
+    q, state, d_inner = model.mamba_chunk_size, model.mamba_state_dim, model.mamba_inner_size
+    return 3.0 * (2 * q * (model.mamba_num_groups * state + d_inner) + 4 * state * d_inner)
 
 
 # ----- rates -------------------------------------------------------------------------------
@@ -424,6 +483,10 @@ class LayerAmounts:
     ep_bytes: float
     moe_token_bytes: float
     is_moe: bool
+    cp_mixer_a2a_bytes: float = 0.0  # Mamba's CP all-to-all (whatever cp_comm_type says)
+    mamba_scan_flops: float = 0.0
+    kind: AttentionKind = AttentionKind.GQA
+    has_mlp: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -486,8 +549,14 @@ def _layer_amounts(run: RunConfig, layer: int, no_recompute: TrainingOptions) ->
     f = layer_flops_per_token(model, layer, options.seq_len)
     is_moe = model.is_moe_layer(layer)
     kind = attention_kind(model, layer)
-    cp_kv = cp_a2a = 0.0
-    if layout.cp > 1 and kind is not AttentionKind.GDN:
+    cp_kv = cp_a2a = cp_mixer = 0.0
+    if layout.cp > 1 and kind is AttentionKind.MAMBA:
+        # Mamba CP trades sequence for heads: all-to-all of the in_proj output before the
+        # conv+scan and of its output after, forward and backward (mamba_context_parallel.py).
+        projection = 2 * model.mamba_inner_size + 2 * model.mamba_num_groups * model.mamba_state_dim
+        width = projection + model.mamba_num_heads + model.mamba_inner_size
+        cp_mixer = 2 * (layout.cp - 1) / layout.cp * shape.tokens * BF16 * width / layout.tp
+    if layout.cp > 1 and kind in (AttentionKind.MLA, AttentionKind.GQA, AttentionKind.SWA):
         if model.multi_latent_attention:
             width = model.num_attention_heads * (model.qk_head_dim + model.qk_pos_emb_head_dim + model.v_head_dim)
             q_width = model.num_attention_heads * (model.qk_head_dim + model.qk_pos_emb_head_dim)
@@ -505,7 +574,11 @@ def _layer_amounts(run: RunConfig, layer: int, no_recompute: TrainingOptions) ->
         td = shape.tokens / sp * model.moe_router_topk * layout.etp * options.moe_token_imbalance
         dispatch = 1.0 if options.is_fp8 and options.dispatcher in ("deepep", "hybridep") else float(BF16)
         ep_bytes = 2 * td * model.hidden_size * (dispatch + BF16)
-    tp_bytes = 8 * (layout.tp - 1) / layout.tp * shape.tokens * model.hidden_size * BF16 if layout.tp > 1 else 0.0
+    # Per block (mixer, MLP): all-gather + reduce-scatter forward and backward.
+    blocks = (kind is not AttentionKind.NONE) + model.has_mlp(layer)
+    tp_bytes = (
+        4 * blocks * (layout.tp - 1) / layout.tp * shape.tokens * model.hidden_size * BF16 if layout.tp > 1 else 0.0
+    )
     return LayerAmounts(
         count=1,
         dense_flops=f.dense_gemm * tokens,
@@ -521,21 +594,25 @@ def _layer_amounts(run: RunConfig, layer: int, no_recompute: TrainingOptions) ->
         ep_bytes=ep_bytes,
         moe_token_bytes=moe_token_bytes,
         is_moe=is_moe,
+        cp_mixer_a2a_bytes=cp_mixer,
+        mamba_scan_flops=f.mamba_scan * tokens,
+        kind=kind,
+        has_mlp=model.has_mlp(layer),
     )
 
 
 def _stage_amounts(
-    run: RunConfig, stage: PipelineStage, per_signature: dict[tuple[bool, AttentionKind], LayerAmounts]
+    run: RunConfig, stage: PipelineStage, per_signature: dict[LayerSignature, LayerAmounts]
 ) -> StageAmounts:
     """``per_signature``: one layer's amounts per signature, shared by the run's stages (filled here)."""
     from lcmoe.estimate.memory import optimizer_shards
 
     model, layout, options, hardware = run.model, run.layout, run.options, run.hardware
-    # MTP layers are transformer layers of the last decoder layer's kind.
+    # MTP layers are transformer layers of the last decoder layer's kind (hybrid: the MTP depth).
     counts = {layer_signature(model, first): [first, count] for first, count in stage.layer_groups}
     if stage.mtp_layers:
-        last = model.num_layers - 1
-        counts.setdefault(layer_signature(model, last), [last, 0])[1] += stage.mtp_layers
+        mtp = model.mtp_layer
+        counts.setdefault(layer_signature(model, mtp), [mtp, 0])[1] += stage.mtp_layers
     if any(key not in per_signature for key in counts):
         no_recompute = replace(options, recompute_granularity="none", recompute_modules=frozenset())
         for key, (first, _) in counts.items():
@@ -573,7 +650,7 @@ def time_amounts(run: RunConfig, stages: list[PipelineStage] | None = None) -> R
     local_experts = max((model.num_moe_experts or 1) / layout.ep, 1.0)
     local, remote = ep_link_shares(model, layout.ep, layout.etp, hardware.nvlink_domain_size, options.dispatcher)
     tokens = layout.gbs * options.seq_len
-    per_signature: dict[tuple[bool, AttentionKind], LayerAmounts] = {}
+    per_signature: dict[LayerSignature, LayerAmounts] = {}
     return RunAmounts(
         stages=tuple(_stage_amounts(run, stage, per_signature) for stage in (stages or pipeline_stages(model, layout))),
         gpu=hardware.name,
@@ -696,6 +773,7 @@ def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients) -> Stage
         dense = (g.dense_flops + g.linear_flops) / gemm
         experts = g.expert_flops / expert_rate * a.moe_imbalance if g.expert_flops else 0.0
         attention = g.attention_flops / attention_rate
+        scan = g.mamba_scan_flops / c.mamba_scan_flops_per_second
         elementwise = c.elementwise_traffic_factor * g.elementwise_bytes / a.hbm_bandwidth
         tp = g.tp_bytes / tp_bw * (1 - c.tp_overlap_hidden)
         if a.cp_a2a:
@@ -705,6 +783,7 @@ def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients) -> Stage
             cp = 3 * (a.cp - 1) * max(0.0, per_step_comm - attention / a.cp / 3)
         else:
             cp = 0.0
+        cp += g.cp_mixer_a2a_bytes / cp_bw
         ep = 0.0
         if g.ep_bytes:
             ep = g.ep_bytes * a.ep_local_share / (a.nvlink_bandwidth * ep_eff)
@@ -713,9 +792,9 @@ def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients) -> Stage
             if a.ep_overlap:
                 ep *= 1.0 - c.ep_overlap_hidden
         permute = c.moe_permute_passes * g.moe_token_bytes / a.hbm_bandwidth
-        recompute = recompute_seconds(a, g, gemm, dense, experts, attention, elementwise, ep + permute)
-        host = layer_host_seconds(a.cuda_graph_scope, g.is_moe, c, a.local_experts)
-        gpu = dense + experts + attention + elementwise + recompute + tp + cp + ep + permute
+        recompute = recompute_seconds(a, g, gemm, dense, experts, attention, elementwise, ep + permute, scan=scan)
+        host = layer_host_seconds(a.cuda_graph_scope, g.is_moe, c, a.local_experts, kind=g.kind, has_mlp=g.has_mlp)
+        gpu = dense + experts + attention + scan + elementwise + recompute + tp + cp + ep + permute
         # A full-iteration graph cannot contain a device-to-host sync (Megatron requires the
         # static-shape path for it), so no dispatcher blocks the host there.
         host_sync = g.is_moe and a.dispatcher in HOST_SYNCING_DISPATCHERS and "full_iteration" not in a.cuda_graph_scope
@@ -723,7 +802,7 @@ def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients) -> Stage
         for key, value in (
             ("dense", dense),
             ("expert", experts),
-            ("attention", attention),
+            ("attention", attention + scan),  # sequence mixing: attention core and Mamba scan
             ("elementwise", elementwise),
             ("recompute", recompute),
             ("tp", tp),
@@ -766,13 +845,15 @@ def recompute_seconds(
     attention: float,
     elementwise: float,
     ep: float,
+    *,
+    scan: float = 0.0,
 ) -> float:
     """The forward cost of recomputed modules, replayed in backward: full recompute replays the
     whole layer (forward compute, elementwise, and the layer's forward EP comm); selective
     replays only the named modules (core_attn: attention forward; mla_up_proj: the up
     projections; mlp: the dense MLP; moe: expert + shared GEMMs and dispatch; moe_act,
     layernorm: their elementwise share, where the module exists)."""
-    forward = (dense + experts + attention) / 3
+    forward = (dense + experts + attention + scan) / 3
     if a.recompute_granularity == "full":
         return forward + elementwise / 3 + ep / 2
     if a.recompute_granularity != "selective":

@@ -132,6 +132,29 @@ def _gdn_cp(r: RunConfig) -> str | None:
     return None
 
 
+def _mamba_tp_cp(r: RunConfig) -> str | None:
+    m, lay = r.model, r.layout
+    if not m.mamba_num_heads:
+        return None
+    heads, groups = m.mamba_num_heads, m.mamba_num_groups
+    if heads % lay.tp or groups % lay.tp:
+        return f"Mamba heads ({heads}) and groups ({groups}) do not split over TP = {lay.tp}"
+    local_groups = groups // lay.tp
+    if (heads // lay.tp) % lay.cp or (local_groups % lay.cp and lay.cp % local_groups):
+        return (
+            f"Mamba CP needs the {heads // lay.tp} heads per TP rank divisible by CP = {lay.cp} and "
+            f"CP and the {local_groups} groups per TP rank to divide one another"
+        )
+    return None
+
+
+def _hybrid_pipeline(r: RunConfig) -> str | None:
+    lay = r.layout
+    if r.model.is_hybrid and (lay.vpp > 1 or lay.pipeline_layout):
+        return "a hybrid model without '|' stage marks in its pattern splits over PP evenly only, without VPP"
+    return None
+
+
 def _gdn_cp_version(r: RunConfig) -> str | None:
     if r.model.linear_attention_type == "gdn" and r.layout.cp > 1:
         return "Gated DeltaNet with CP > 1 is refused by this Megatron-Core release"
@@ -235,6 +258,18 @@ RULES: tuple[LegalityRule, ...] = (
         "L-CP-A2A-HEADS", "TE attention (performance-guide.md:410)", "use p2p or a2a+p2p, or smaller CP", _cp_a2a
     ),
     LegalityRule("L-GDN-TPCP", "mcore transformer_config.py:1400-1414", "use TP·CP dividing the linear heads", _gdn_cp),
+    LegalityRule(
+        "L-MAMBA-TPCP",
+        "mcore ssm/mamba_mixer.py:262-274; ssm/mamba_context_parallel.py:106-130",
+        "use TP·CP dividing the Mamba heads, and TP the groups",
+        _mamba_tp_cp,
+    ),
+    LegalityRule(
+        "L-HYBRID-PIPELINE",
+        "mcore models/hybrid/hybrid_layer_allocation.py:372-393 (select_pipeline_segment)",
+        "use an even PP split without VPP, or mark the stages with '|' in hybrid_layer_pattern",
+        _hybrid_pipeline,
+    ),
     LegalityRule(
         "L-GDN-CP-VERSION",
         "megatron-core 0.16 refuses GDN with CP; 0.19 accepts it",

@@ -31,6 +31,7 @@ SUPPORTED_MODEL_TYPES = (
     "mixtral",
     "llama",
     "qwen3",
+    "nemotron_h",
 )
 
 
@@ -251,6 +252,43 @@ def _mixtral(cfg: _Config) -> dict[str, Any]:
     }
 
 
+def _nemotron_h(cfg: _Config) -> dict[str, Any]:
+    """Nemotron-H / Nemotron-3 hybrids (nemotron_h_bridge.py provider_bridge): the layer pattern
+    ``hybrid_override_pattern`` plus one ``/``-separated MTP depth per ``num_nextn_predict_layers``
+    (``mtp_hybrid_override_pattern``); squared-ReLU MLPs (no GLU); sigmoid router with expert
+    bias. Latent MoE (``moe_latent_size``, Nemotron-3 Super) is not modelled."""
+    pattern = cfg.data.get("hybrid_override_pattern")
+    if not isinstance(pattern, str) or not pattern:
+        raise cfg._fail("hybrid_override_pattern", pattern, "must be the hybrid layer pattern string")
+    if cfg.data.get("moe_latent_size"):
+        raise cfg._fail("moe_latent_size", cfg.data["moe_latent_size"], "latent MoE is not modelled by lcmoe yet")
+    depths = cfg.integer("num_nextn_predict_layers", 0, minimum=0)
+    mtp = cfg.data.get("mtp_hybrid_override_pattern") if depths else None
+    if depths and not isinstance(mtp, str):
+        raise cfg._fail("mtp_hybrid_override_pattern", mtp, "must be set when num_nextn_predict_layers > 0")
+    fields: dict[str, Any] = {
+        "hybrid_layer_pattern": pattern + f"/{mtp}" * depths,
+        "mtp_num_layers": depths,
+        "gated_linear_unit": False,
+        "kv_channels": cfg.opt_int("head_dim") or cfg.opt_int("attention_head_dim"),
+        "mamba_num_heads": cfg.integer("mamba_num_heads"),
+        "mamba_head_dim": cfg.integer("mamba_head_dim"),
+        "mamba_state_dim": cfg.integer("ssm_state_size"),
+        "mamba_num_groups": cfg.integer("n_groups"),
+        "mamba_conv_kernel_dim": cfg.integer("conv_kernel", 4),
+        "mamba_chunk_size": cfg.integer("chunk_size", 128),
+    }
+    if cfg.opt_int("n_routed_experts"):
+        fields.update(
+            num_moe_experts=cfg.integer("n_routed_experts"),
+            moe_router_topk=cfg.integer("num_experts_per_tok"),
+            moe_ffn_hidden_size=cfg.integer("moe_intermediate_size"),
+            moe_shared_expert_intermediate_size=cfg.opt_int("moe_shared_expert_intermediate_size"),
+            moe_router_enable_expert_bias=True,
+        )
+    return fields
+
+
 def _dense(cfg: _Config) -> dict[str, Any]:
     return {"qk_layernorm": cfg.data.get("model_type") == "qwen3"}
 
@@ -266,4 +304,5 @@ _BUILDERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "mixtral": _mixtral,
     "llama": _dense,
     "qwen3": _dense,
+    "nemotron_h": _nemotron_h,
 }

@@ -11,6 +11,13 @@ Glossary (used in every formula docstring of lcmoe):
     f_sh moe_shared_expert_intermediate_size           E   num_moe_experts, k = moe_router_topk
     n   num_attention_heads, g = num_query_groups, d = kv_channels (head dim)
     V   vocab size padded as Megatron pads it           m   mtp_num_layers
+    Mamba-2 mixers (hybrid models): nh = mamba_num_heads, hd = mamba_head_dim,
+    d_i = nh·hd (d_inner), N = mamba_state_dim, G = mamba_num_groups, W = mamba_conv_kernel_dim
+
+Hybrid models (Nemotron-H, Nemotron-3) follow Megatron's ``hybrid_layer_pattern``: one symbol
+per layer — ``M`` Mamba-2 mixer, ``*`` self-attention, ``-`` dense MLP, ``E`` MoE — so a layer
+holds a sequence mixer *or* an MLP, never both; ``|`` marks pipeline boundaries and ``/``
+starts the MTP depths (megatron/core/models/hybrid/hybrid_layer_allocation.py:161-275).
 """
 
 from __future__ import annotations
@@ -53,10 +60,41 @@ class PublishedParams(BaseModel):
 
 
 class AttentionKind(str, Enum):
+    """The sequence mixer of a layer; ``NONE`` for a hybrid model's MLP-only layers."""
+
     MLA = "mla"
     GQA = "gqa"
     SWA = "swa"
     GDN = "gdn"
+    MAMBA = "mamba"
+    NONE = "none"
+
+
+# Hybrid pattern symbols lcmoe models (hybrid_layer_allocation.py Symbols). GDN ('G'), DSA
+# ('D') and MLA ('+') layers in a hybrid pattern are not modelled.
+HYBRID_MAMBA, HYBRID_ATTENTION, HYBRID_MLP, HYBRID_MOE = "M", "*", "-", "E"
+HYBRID_PIPE, HYBRID_MTP_SEPARATOR = "|", "/"
+_HYBRID_LAYER_SYMBOLS = frozenset({HYBRID_MAMBA, HYBRID_ATTENTION, HYBRID_MLP, HYBRID_MOE})
+
+
+def split_hybrid_pattern(pattern: str) -> tuple[str, str, int]:
+    """(main layers without ``|``, the MTP depth's pattern, number of MTP depths), as Megatron's
+    parse_hybrid_pattern reads it (hybrid_layer_allocation.py:200-275): every MTP depth must
+    repeat the same pattern."""
+    main, *mtp_parts = pattern.split(HYBRID_MTP_SEPARATOR)
+    if mtp_parts and all(part == "" for part in mtp_parts):
+        mtp_parts = []
+    if any(part != mtp_parts[0] for part in mtp_parts):
+        raise ValueError(f"hybrid_layer_pattern {pattern!r} has MTP depths that differ; Megatron needs them identical")
+    layers = main.replace(HYBRID_PIPE, "")
+    mtp = mtp_parts[0] if mtp_parts else ""
+    for symbol in layers + mtp:
+        if symbol not in _HYBRID_LAYER_SYMBOLS:
+            raise ValueError(
+                f"hybrid_layer_pattern symbol {symbol!r} is not modelled; lcmoe models M (Mamba), * (attention), "
+                "- (dense MLP) and E (MoE) layers"
+            )
+    return layers, mtp, len(mtp_parts)
 
 
 class ModelSpec(BaseModel):
@@ -124,6 +162,15 @@ class ModelSpec(BaseModel):
     make_vocab_size_divisible_by: int = Field(default=128, gt=0)
     untie_embeddings_and_output_weights: bool = True
 
+    # Hybrid Mamba models (Nemotron-H / Nemotron-3): one symbol per layer, see the module doc.
+    hybrid_layer_pattern: str | None = Field(default=None, min_length=1, max_length=1_000_000)
+    mamba_num_heads: int = Field(default=0, ge=0)
+    mamba_head_dim: int = Field(default=0, ge=0)
+    mamba_state_dim: int = Field(default=0, ge=0)
+    mamba_num_groups: int = Field(default=0, ge=0)
+    mamba_conv_kernel_dim: int = Field(default=4, gt=0, description="d_conv (MambaMixer default 4)")
+    mamba_chunk_size: int = Field(default=128, gt=0, description="SSD chunk length (mamba_chunk_size)")
+
     published: PublishedParams | None = None
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where its value comes from")
 
@@ -154,6 +201,8 @@ class ModelSpec(BaseModel):
             and self.linear_conv_kernel_dim
         ):
             raise ValueError("gated delta net needs linear key/value heads, head dims and conv kernel > 0")
+        if self.hybrid_layer_pattern is not None:
+            self._check_hybrid()
         if self.window_size is not None and (self.window_size[0] < 0 or self.window_size[1] < 0):
             raise ValueError(f"window_size = {self.window_size} must be two non-negative numbers")
         for field in ("moe_layer_freq", "window_attn_skip_freq", "linear_attention_freq"):
@@ -165,7 +214,56 @@ class ModelSpec(BaseModel):
                 raise ValueError(f"{field} = {pattern} must be a positive period")
         return self
 
+    def _check_hybrid(self) -> None:
+        assert self.hybrid_layer_pattern is not None
+        layers, mtp, depths = split_hybrid_pattern(self.hybrid_layer_pattern)
+        if len(layers) != self.num_layers:
+            raise ValueError(
+                f"hybrid_layer_pattern has {len(layers)} layers but num_layers = {self.num_layers}; they must match"
+            )
+        if depths != self.mtp_num_layers:
+            raise ValueError(
+                f"hybrid_layer_pattern has {depths} MTP depths but mtp_num_layers = {self.mtp_num_layers}; "
+                "they must match"
+            )
+        if mtp and (
+            len(mtp) > 2
+            or sum(s in (HYBRID_MAMBA, HYBRID_ATTENTION) for s in mtp) > 1
+            or sum(s in (HYBRID_MLP, HYBRID_MOE) for s in mtp) > 1
+        ):
+            raise ValueError(
+                f"hybrid MTP depth {mtp!r} is not modelled; lcmoe models one mixer and one MLP per depth (e.g. '*E')"
+            )
+        if (HYBRID_MOE in layers + mtp) != self.is_moe:
+            raise ValueError("hybrid_layer_pattern has E (MoE) layers exactly when num_moe_experts is set")
+        if HYBRID_MAMBA in layers + mtp:
+            heads, groups = self.mamba_num_heads, self.mamba_num_groups
+            if not (heads and self.mamba_head_dim and self.mamba_state_dim and groups):
+                raise ValueError(
+                    "Mamba layers need mamba_num_heads, mamba_head_dim, mamba_state_dim and mamba_num_groups > 0"
+                )
+            if heads % groups:
+                raise ValueError(f"mamba_num_groups = {groups} must divide mamba_num_heads = {heads}")
+        if self.multi_latent_attention or self.linear_attention_type is not None:
+            raise ValueError("hybrid_layer_pattern models use '*' attention layers; MLA and GDN are not modelled there")
+
     # ----- derived sizes ------------------------------------------------------------------
+    @property
+    def is_hybrid(self) -> bool:
+        return self.hybrid_layer_pattern is not None
+
+    @property
+    def mamba_inner_size(self) -> int:
+        """d_i = nh·hd (mamba_mixer.py:246-248, with mamba_num_heads set)."""
+        return self.mamba_num_heads * self.mamba_head_dim
+
+    @property
+    def mtp_layer(self) -> int:
+        """Index that stands for an MTP layer in the per-layer patterns: ``num_layers`` (one past
+        the decoder layers). An MTP layer copies the last decoder layer (mtp_block_spec), or, in a
+        hybrid model, holds the pattern's MTP depth."""
+        return self.num_layers
+
     @property
     def is_moe(self) -> bool:
         return bool(self.num_moe_experts)
@@ -206,32 +304,66 @@ class ModelSpec(BaseModel):
 
     # ----- per-layer patterns (decoder layers only; MTP layers copy the last layer) -------
     # Cached: the spec is frozen, and estimators ask for them once per layer.
+    # Each tuple has num_layers + 1 entries: the last one (index ``mtp_layer``) is the MTP layer.
+    @cached_property
+    def _hybrid_symbols(self) -> tuple[str, ...]:
+        """Per layer, the hybrid symbols it holds (one, or the MTP depth's mixer and MLP)."""
+        assert self.hybrid_layer_pattern is not None
+        layers, mtp, _ = split_hybrid_pattern(self.hybrid_layer_pattern)
+        return (*layers, mtp or layers[-1])
+
+    def _with_mtp(self, pattern: list[bool]) -> tuple[bool, ...]:
+        return (*pattern, pattern[-1])
+
     @cached_property
     def _moe_pattern(self) -> tuple[bool, ...]:
+        if self.is_hybrid:
+            return tuple(HYBRID_MOE in symbols for symbols in self._hybrid_symbols)
         if not self.is_moe:
-            return (False,) * self.num_layers
-        return tuple(_pattern(self.moe_layer_freq, self.num_layers, true_if_period_hit=True, offset=0))
+            return (False,) * (self.num_layers + 1)
+        return self._with_mtp(_pattern(self.moe_layer_freq, self.num_layers, true_if_period_hit=True, offset=0))
+
+    @cached_property
+    def _mlp_pattern(self) -> tuple[bool, ...]:
+        """True where the layer has an MLP (dense or MoE): every transformer layer, and a hybrid
+        model's ``-`` / ``E`` layers."""
+        if self.is_hybrid:
+            return tuple(HYBRID_MLP in symbols or HYBRID_MOE in symbols for symbols in self._hybrid_symbols)
+        return (True,) * (self.num_layers + 1)
 
     @cached_property
     def _linear_pattern(self) -> tuple[bool, ...]:
         if self.linear_attention_type is None or self.linear_attention_freq is None:
-            return (False,) * self.num_layers
-        return tuple(_pattern(self.linear_attention_freq, self.num_layers, true_if_period_hit=False, offset=1))
+            return (False,) * (self.num_layers + 1)
+        return self._with_mtp(_pattern(self.linear_attention_freq, self.num_layers, true_if_period_hit=False, offset=1))
 
     @cached_property
     def _window_pattern(self) -> tuple[bool, ...]:
         if self.window_size is None:
-            return (False,) * self.num_layers
+            return (False,) * (self.num_layers + 1)
         if self.window_attn_skip_freq is None:
-            return (True,) * self.num_layers
-        return tuple(_pattern(self.window_attn_skip_freq, self.num_layers, true_if_period_hit=False, offset=1))
+            return (True,) * (self.num_layers + 1)
+        if self.is_hybrid:
+            # Bridge numbers only the hybrid model's attention layers' positions in the main
+            # pattern (flop_utils.py:766-799); MTP attention stays full.
+            window = _pattern(self.window_attn_skip_freq, self.num_layers, true_if_period_hit=False, offset=1)
+            return (*window, False)
+        return self._with_mtp(_pattern(self.window_attn_skip_freq, self.num_layers, true_if_period_hit=False, offset=1))
 
     @cached_property
     def _attention_kinds(self) -> tuple[AttentionKind, ...]:
-        """Gated DeltaNet where the linear pattern says so, else MLA for MLA models, else sliding
-        window where the window pattern says so, else GQA."""
+        """Hybrid: Mamba for ``M``, attention (GQA, or sliding window where the window pattern says
+        so) for ``*``, none for MLP-only layers. Otherwise Gated DeltaNet where the linear pattern
+        says so, else MLA for MLA models, else sliding window where the window pattern says so,
+        else GQA."""
 
         def kind(layer: int) -> AttentionKind:
+            if self.is_hybrid:
+                symbols = self._hybrid_symbols[layer]
+                if HYBRID_MAMBA in symbols:
+                    return AttentionKind.MAMBA
+                if HYBRID_ATTENTION not in symbols:
+                    return AttentionKind.NONE
             if self._linear_pattern[layer]:
                 return AttentionKind.GDN
             if self.multi_latent_attention:
@@ -240,26 +372,38 @@ class ModelSpec(BaseModel):
                 return AttentionKind.SWA
             return AttentionKind.GQA
 
-        return tuple(kind(layer) for layer in range(self.num_layers))
+        return tuple(kind(layer) for layer in range(self.num_layers + 1))
 
     @cached_property
-    def _layer_signatures(self) -> tuple[tuple[bool, AttentionKind], ...]:
-        return tuple(zip(self._moe_pattern, self._attention_kinds, strict=True))
+    def _layer_signatures(self) -> tuple[tuple[bool, AttentionKind, bool], ...]:
+        return tuple(zip(self._moe_pattern, self._attention_kinds, self._mlp_pattern, strict=True))
 
     def moe_layer_pattern(self) -> list[bool]:
-        """True where decoder layer i is MoE: int f → i % f == 0; list → entry is 1."""
-        return list(self._moe_pattern)
+        """True where decoder layer i is MoE: int f → i % f == 0; list → entry is 1; hybrid: ``E``."""
+        return list(self._moe_pattern[: self.num_layers])
 
     def linear_attention_pattern(self) -> list[bool]:
         """True where layer i is Gated DeltaNet: int f → full iff (i+1) % f == 0; list 1 = linear."""
-        return list(self._linear_pattern)
+        return list(self._linear_pattern[: self.num_layers])
 
     def sliding_window_pattern(self) -> list[bool]:
         """True where layer i uses the sliding window: int f → full iff (i+1) % f == 0; list 1 = SWA."""
-        return list(self._window_pattern)
+        return list(self._window_pattern[: self.num_layers])
 
     def is_moe_layer(self, layer: int) -> bool:
+        """MoE or not; ``layer`` may be ``mtp_layer``."""
         return self._moe_pattern[layer]
+
+    def has_mlp(self, layer: int) -> bool:
+        """Whether the layer has an MLP (always, except a hybrid model's mixer-only layers)."""
+        return self._mlp_pattern[layer]
+
+    def hybrid_layer_counts(self) -> dict[str, int]:
+        """Symbol counts over main layers and MTP depths, as Bridge counts them
+        (hybrid_layer_allocation.py:161-197 get_hybrid_layer_counts)."""
+        assert self.hybrid_layer_pattern is not None
+        layers, mtp, depths = split_hybrid_pattern(self.hybrid_layer_pattern)
+        return {symbol: layers.count(symbol) + depths * mtp.count(symbol) for symbol in sorted(_HYBRID_LAYER_SYMBOLS)}
 
     @property
     def window_tokens(self) -> int:
