@@ -172,8 +172,8 @@ def hybrid_flops_per_token(spec: ModelSpec, seq_len: int, *, tp: int = 1) -> Flo
     """Bridge's hybrid path per token (flop_utils.py:849-945): with counts N_sym over main layers
     and MTP depths, 3·[N_attn·(4h·q·(1 + g/n) + 2q·ŝ) + N_mlp·4·ffn·h·(1.5 if GLU)
     + N_mamba·mamba + N_moe·4h·(f_moe·k + f_sh)·(1.5 if GLU) + 2h·V·(1 + m)]; SWA layers use
-    2c for ŝ. Per-layer attention/MLP terms equal the transformer path's; the MTP eh projection
-    is not counted."""
+    2c for ŝ. Per-layer attention/MLP terms equal the transformer path's except that the
+    attention output gate is not counted; neither is the MTP eh projection."""
     counts = spec.hybrid_layer_counts()
     h, e = spec.hidden_size, spec.glu_factor
     n_attn = counts["*"]

@@ -325,9 +325,8 @@ def mamba_activation_bytes(model: ModelSpec, shape: TokenShape, options: Trainin
     ``mamba_split_conv1d_scan_combined``, which recomputes the conv and states in backward);
     the gated RMSNorm input 2·T·d_i/tp; out_proj input a·T·d_i/tp; dropout mask."""
     h, d_inner = model.hidden_size, model.mamba_inner_size
-    projection = 2 * d_inner + 2 * model.mamba_num_groups * model.mamba_state_dim + model.mamba_num_heads
     stored = norm_bytes(shape, h, options, standalone=False)
-    stored += BF16 * shape.tokens * (projection + 2 * d_inner) / shape.tp
+    stored += BF16 * shape.tokens * (model.mamba_in_proj_size + 2 * d_inner) / shape.tp
     stored += shape.stored_gemm_input * shape.tokens * d_inner / shape.tp
     return stored + dropout_mask_bytes(shape, h, options.hidden_dropout)
 
@@ -426,7 +425,7 @@ def activation_offload_saving(model: ModelSpec, layer: int, shape: TokenShape, o
     saving = 0.0
     kind = attention_kind(model, layer)
     standalone_attn_norm = kind is AttentionKind.MLA
-    has_attention = kind in (AttentionKind.MLA, AttentionKind.GQA, AttentionKind.SWA)
+    has_attention = kind.is_softmax_attention
     # Megatron offloads only standalone norms (transformer_layer.py ``offload_attn_norm`` /
     # ``offload_mlp_norm`` require a norm that is not an IdentityOp; see norm_bytes).
     if "attn_norm" in mods and standalone_attn_norm:
@@ -775,8 +774,8 @@ def cuda_graph_pool_bytes(model: ModelSpec, shape: TokenShape, options: Training
     if not scope or "full_iteration" in scope:
         return 0.0
     per_buffer = BF16 * shape.tokens * model.hidden_size / shape.sp
-    layers = [*stage.decoder_layers, *([model.mtp_layer] * stage.mtp_layers)]
-    return 2 * per_buffer * sum(graphed_modules(model, layer, scope) for layer in layers)
+    groups = [*stage.layer_groups, (model.mtp_layer, stage.mtp_layers)]
+    return 2 * per_buffer * sum(count * graphed_modules(model, first, scope) for first, count in groups)
 
 
 def graphed_modules(model: ModelSpec, layer: int, scope: frozenset[str]) -> int:

@@ -86,9 +86,8 @@ def mamba_mixer_params(spec: ModelSpec) -> int:
     input norm h; conv1d (d_i + 2·G·N)·(W + 1) (weight and bias); dt_bias, A_log, D nh each;
     gated RMSNorm d_i; out_proj d_i·h (no biases: ``assert not bias``)."""
     h, d_inner, heads = spec.hidden_size, spec.mamba_inner_size, spec.mamba_num_heads
-    bc = 2 * spec.mamba_num_groups * spec.mamba_state_dim
-    in_proj = h * (2 * d_inner + bc + heads) + h
-    conv = (d_inner + bc) * (spec.mamba_conv_kernel_dim + 1)
+    in_proj = h * spec.mamba_in_proj_size + h
+    conv = (d_inner + 2 * spec.mamba_num_groups * spec.mamba_state_dim) * (spec.mamba_conv_kernel_dim + 1)
     return in_proj + conv + 3 * heads + d_inner + d_inner * h
 
 

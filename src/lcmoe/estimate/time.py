@@ -352,9 +352,8 @@ def layer_flops_per_token(model: ModelSpec, layer: int, seq_len: int) -> LayerFl
 def mamba_gemm_flops_per_layer(model: ModelSpec) -> float:
     """in_proj and out_proj as the mixer runs them: 6·h·(2·d_i + 2·G·N + nh) + 6·d_i·h
     (mamba_mixer.py:281-450)."""
-    h, d_inner = model.hidden_size, model.mamba_inner_size
-    projection = 2 * d_inner + 2 * model.mamba_num_groups * model.mamba_state_dim + model.mamba_num_heads
-    return 6.0 * (h * projection + d_inner * h)
+    h = model.hidden_size
+    return 6.0 * (h * model.mamba_in_proj_size + model.mamba_inner_size * h)
 
 
 def mamba_scan_flops_per_layer(model: ModelSpec) -> float:
@@ -553,10 +552,9 @@ def _layer_amounts(run: RunConfig, layer: int, no_recompute: TrainingOptions) ->
     if layout.cp > 1 and kind is AttentionKind.MAMBA:
         # Mamba CP trades sequence for heads: all-to-all of the in_proj output before the
         # conv+scan and of its output after, forward and backward (mamba_context_parallel.py).
-        projection = 2 * model.mamba_inner_size + 2 * model.mamba_num_groups * model.mamba_state_dim
-        width = projection + model.mamba_num_heads + model.mamba_inner_size
+        width = model.mamba_in_proj_size + model.mamba_inner_size
         cp_mixer = 2 * (layout.cp - 1) / layout.cp * shape.tokens * BF16 * width / layout.tp
-    if layout.cp > 1 and kind in (AttentionKind.MLA, AttentionKind.GQA, AttentionKind.SWA):
+    if layout.cp > 1 and kind.is_softmax_attention:
         if model.multi_latent_attention:
             width = model.num_attention_heads * (model.qk_head_dim + model.qk_pos_emb_head_dim + model.v_head_dim)
             q_width = model.num_attention_heads * (model.qk_head_dim + model.qk_pos_emb_head_dim)

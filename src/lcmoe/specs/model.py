@@ -69,6 +69,12 @@ class AttentionKind(str, Enum):
     MAMBA = "mamba"
     NONE = "none"
 
+    @property
+    def is_softmax_attention(self) -> bool:
+        """Q·Kᵀ attention (MLA, GQA, sliding window): what CP exchanges K/V for, and what the
+        core_attn / qkv / attn_proj modules exist in."""
+        return self in (AttentionKind.MLA, AttentionKind.GQA, AttentionKind.SWA)
+
 
 # Hybrid pattern symbols lcmoe models (hybrid_layer_allocation.py Symbols). GDN ('G'), DSA
 # ('D') and MLA ('+') layers in a hybrid pattern are not modelled.
@@ -258,6 +264,11 @@ class ModelSpec(BaseModel):
         return self.mamba_num_heads * self.mamba_head_dim
 
     @property
+    def mamba_in_proj_size(self) -> int:
+        """in_proj output width 2·d_i + 2·G·N + nh: z, x, B, C, dt (mamba_mixer.py:281-306)."""
+        return 2 * self.mamba_inner_size + 2 * self.mamba_num_groups * self.mamba_state_dim + self.mamba_num_heads
+
+    @property
     def mtp_layer(self) -> int:
         """Index that stands for an MTP layer in the per-layer patterns: ``num_layers`` (one past
         the decoder layers). An MTP layer copies the last decoder layer (mtp_block_spec), or, in a
@@ -343,12 +354,10 @@ class ModelSpec(BaseModel):
             return (False,) * (self.num_layers + 1)
         if self.window_attn_skip_freq is None:
             return (True,) * (self.num_layers + 1)
-        if self.is_hybrid:
-            # Bridge numbers only the hybrid model's attention layers' positions in the main
-            # pattern (flop_utils.py:766-799); MTP attention stays full.
-            window = _pattern(self.window_attn_skip_freq, self.num_layers, true_if_period_hit=False, offset=1)
-            return (*window, False)
-        return self._with_mtp(_pattern(self.window_attn_skip_freq, self.num_layers, true_if_period_hit=False, offset=1))
+        window = _pattern(self.window_attn_skip_freq, self.num_layers, true_if_period_hit=False, offset=1)
+        # Bridge numbers a hybrid model's SWA layers by position in the main pattern
+        # (flop_utils.py:766-799); its MTP attention stays full.
+        return (*window, False) if self.is_hybrid else self._with_mtp(window)
 
     @cached_property
     def _attention_kinds(self) -> tuple[AttentionKind, ...]:
