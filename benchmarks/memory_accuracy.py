@@ -93,8 +93,15 @@ def main(argv: list[str] | None = None) -> int:
     if points:
         print(
             f"memory_points: {points['n_modelled']} modelled, agreement {100 * points['fit_agreement']:.0f}% "
-            f"({points['n_cannot_model']} rows cannot be modelled)"
+            f"({points['n_cannot_model']} rows cannot be modelled); predicted more than 5% from capacity: "
+            f"{points['n_decisive']} rows, agreement {100 * points['fit_agreement_decisive']:.0f}%"
         )
+        if points["measured_peaks_n"]:
+            median_err, max_err = points["measured_peaks_median_abs_pct_err"], points["measured_peaks_max_abs_pct_err"]
+            print(
+                f"  measured peaks (lower bounds left out): n={points['measured_peaks_n']} "
+                f"median |err| {median_err:.1f}%  max {max_err:.1f}%"
+            )
     if args.json_out:
         write_json(
             args.json_out,

@@ -11,7 +11,7 @@ from lcmoe.catalog import load_hardware, load_model
 from lcmoe.errors import LcmoeError
 from lcmoe.layout import ParallelLayout, check_pipeline_layout
 from lcmoe.run import RunConfig, build_layout, resolve_pipeline_layout
-from lcmoe.workload import TrainingOptions
+from lcmoe.workload import CUDA_GRAPH_SCOPES, TrainingOptions
 
 JOIN_KEY = ("container", "task", "model", "gpu", "precision", "variant")
 
@@ -82,14 +82,15 @@ def _recompute(text: str) -> tuple[str, frozenset[str]]:
     return "none", frozenset()
 
 
-def _graphs(text: str) -> frozenset[str]:
+def graph_scopes(text: str) -> frozenset[str]:
+    """CUDA-graph scopes of a traced recipe's ``cuda_graph_effective`` ("transformer_engine
+    [attn,moe_router]", "full_iteration", "none (default)")."""
     if "full_iteration" in text:
         return frozenset({"full_iteration"})
     match = re.search(r"\[(.*)\]", text)
     if not match:
         return frozenset()
-    scopes = {s.strip() for s in match.group(1).split(",")} - {"mamba", ""}
-    return frozenset(scopes & {"attn", "mlp", "moe", "moe_router", "moe_preprocess"})
+    return frozenset({s.strip() for s in match.group(1).split(",")} & (CUDA_GRAPH_SCOPES - {"full_iteration"}))
 
 
 def _recipe_for(row: dict[str, str], recipes: dict[tuple[str, ...], dict[str, str]]) -> dict[str, str] | None:
@@ -171,7 +172,7 @@ def _run_for(row: dict[str, str], recipe: dict[str, str], spec: object) -> RunCo
         recompute_granularity=granularity,  # type: ignore[arg-type]
         recompute_modules=modules,
         dispatcher=dispatcher,
-        cuda_graph_scope=_graphs(recipe.get("cuda_graph_effective", "")),
+        cuda_graph_scope=graph_scopes(recipe.get("cuda_graph_effective", "")),
         overlap_moe_expert_parallel_comm=recipe.get("a2a_overlap_effective") == "True",
         # Every perf recipe sets ddp.grad_reduce_in_fp32=False (set_llama3_common_configs,
         # set_deepseek_v3_common_configs, perf_recipes/_common.py _perf_precision; facts §2): the

@@ -276,6 +276,28 @@ def test_speed_cli_from_the_logs_argument_dump(tmp_path: Path) -> None:
     assert doc["speed"]["predicted_step_seconds"] == pytest.approx(predicted, rel=1e-9)
 
 
+def test_memory_report_is_compared_allocated_and_reserved(tmp_path: Path) -> None:
+    """A log's max allocated is compared with peak allocated, its max reserved (PyTorch's) with
+    the predicted PyTorch reserved, not with the nvidia-smi figure."""
+    run = make_run("qwen3-30b-a3b", seq_len=16384, tp=1, cp=2, ep=8, pp=1, vpp=1, gpus=16, gbs=64)
+    from lcmoe.emit.megatron_lm import megatron_lm_args
+    from lcmoe.estimate.memory import estimate_memory
+
+    dump = _dump_from_args(tokenize_args(" ".join(megatron_lm_args(run))), 16, None)
+    log = tmp_path / "run.log"
+    memory_lines = [lf.megatron_memory_line(0, 2, 50_000.0, 52_000.0)]
+    log.write_text("\n".join(lf.argument_dump(dump) + memory_lines), encoding="utf-8")
+    code, out, err = run_cli("diagnose", str(log), "--model", "qwen3-30b-a3b", "--json")
+    assert code == 0, err
+    report = json.loads(out)["memory"]
+    predicted = estimate_memory(run.model, run.hardware, run.layout, run.options)
+    assert report["measured_max_reserved_bytes"] == pytest.approx(52_000.0 * 2**20)
+    assert report["predicted_peak_torch_reserved_bytes"] == pytest.approx(predicted.peak_torch_reserved_bytes, rel=1e-6)
+    assert report["reserved_error"] == pytest.approx(
+        predicted.peak_torch_reserved_bytes / (52_000.0 * 2**20) - 1, rel=1e-6
+    )
+
+
 # ----- regression ------------------------------------------------------------------------------
 def _run_log(step_ms: float, dests: dict[str, object], *, jitter: float = 0.01, seed: int = 0) -> list[str]:
     return lf.argument_dump(dests) + lf.steady_iterations(40, step_ms, jitter=jitter, seed=seed)

@@ -112,6 +112,24 @@ def test_hybrid_mtp_depth_holds_attention_and_moe() -> None:
     assert (counts["*"], counts["E"], counts["M"]) == (8, 25, 23)
 
 
+def test_repeated_mtp_layer_holds_weights_once() -> None:
+    """``mtp_use_repeated_layer`` (Nemotron-3.5 Lightning): one MTP layer applied at both depths,
+    so its weights count once while both depths keep activations. The catalog entry's count
+    matches the verification card's 32,913,266,240 parameters; two separate depths would not."""
+    lightning = load_model("nemotron-3.5-lightning-30b-a3b")
+    separate = lightning.model_copy(update={"mtp_use_repeated_layer": False})
+    assert (lightning.mtp_num_layers, lightning.mtp_weight_layers, separate.mtp_weight_layers) == (2, 1, 2)
+    nano = count_params(load_model(NANO)).total
+    per_depth = count_params(separate).total - count_params(lightning).total
+    assert count_params(lightning).total - nano == per_depth
+    assert count_params(lightning).total == pytest.approx(32_913_266_240, rel=1e-6)
+    run = make_run("nemotron-3.5-lightning-30b-a3b", "gb200", seq_len=8192, cp=1, ep=8, pp=1, vpp=1, gpus=8)
+    twice = dataclasses.replace(run, model=separate)
+    shared = estimate_memory(run.model, run.hardware, run.layout, run.options).stages[0]
+    unshared = estimate_memory(twice.model, twice.hardware, twice.layout, twice.options).stages[0]
+    assert shared.weights < unshared.weights and shared.activations == unshared.activations
+
+
 def test_hybrid_memory_properties() -> None:
     base = nano_run(seq_len=32768, cp=1, gpus=8)
     peaks = []
@@ -161,13 +179,13 @@ def test_megatron_hybrid_args_parse() -> None:
     args = (
         "--num-layers 5 --hidden-size 256 --ffn-hidden-size 512 --num-attention-heads 8 "
         "--group-query-attention --num-query-groups 2 --kv-channels 32 --num-experts 8 --moe-router-topk 2 "
-        "--moe-ffn-hidden-size 128 --hybrid-layer-pattern MEM*E/*E --mtp-num-layers 1 "
+        "--moe-ffn-hidden-size 128 --hybrid-layer-pattern MEM*E/*E --mtp-num-layers 1 --mtp-use-repeated-layer "
         "--mamba-num-heads 8 --mamba-head-dim 64 --mamba-state-dim 64 --mamba-num-groups 2 "
         "--squared-relu --tensor-model-parallel-size 1 --expert-model-parallel-size 2 "
         "--seq-length 4096 --micro-batch-size 1 --global-batch-size 8 --vocab-size 1024"
     )
     parsed = parse_megatron_args(args, world_size=2)
-    assert parsed.model.is_hybrid and parsed.model.mtp_num_layers == 1
+    assert parsed.model.is_hybrid and parsed.model.mtp_num_layers == 1 and parsed.model.mtp_use_repeated_layer
     assert parsed.model.mamba_inner_size == 512
     assert flops_per_token(parsed.model, 4096).mamba > 0
 

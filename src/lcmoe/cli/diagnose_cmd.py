@@ -116,6 +116,13 @@ def diagnose(
                 "predicted_peak_allocated_bytes": memory.peak_allocated_bytes,
                 "error": memory.peak_allocated_bytes / peak.max_allocated - 1,
             }
+            if peak.max_reserved:
+                # The log's max reserved is PyTorch's (no CUDA context or NCCL/DeepEP buffers).
+                result["memory"].update(
+                    measured_max_reserved_bytes=peak.max_reserved,
+                    predicted_peak_torch_reserved_bytes=memory.peak_torch_reserved_bytes,
+                    reserved_error=memory.peak_torch_reserved_bytes / peak.max_reserved - 1,
+                )
     if summary.ooms:
         findings = True
         if run is not None:

@@ -34,6 +34,7 @@ RECIPES = {
     "llama3.1-405b": "llama31_405b_pretrain_config",
     "llama3-8b": "llama3_8b_pretrain_config",
     "nemotron-3-nano-30b-a3b": "nemotron_3_nano_pretrain_config",
+    "nemotron-3.5-lightning-30b-a3b": "nemotron_3_5_lightning_pretrain_config",
 }
 # Recipes whose ConfigContainer has ``comm_overlap=None`` in megatron-bridge 0.6.2 (built and
 # checked by tests/test_bridge_runtime.py); the others carry a CommOverlapConfig.

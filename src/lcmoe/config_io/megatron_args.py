@@ -134,6 +134,7 @@ def model_from_args(args: dict[str, Any], *, vocab_size: int | None = None, name
         "make_vocab_size_divisible_by": _int(args, "make-vocab-size-divisible-by", 128),
         "untie_embeddings_and_output_weights": bool(args.get("untie-embeddings-and-output-weights")),
         "mtp_num_layers": _int(args, "mtp-num-layers", 0),
+        "mtp_use_repeated_layer": bool(args.get("mtp-use-repeated-layer")),
     }
     if mla:
         data.update(

@@ -4,12 +4,15 @@ Every term is bytes on one GPU. Symbols: T = s·b/cp tokens of one microbatch on
 ``sp = tp`` with sequence parallel (residual-stream tensors are split over TP) else 1;
 ``a`` = bytes of a stored GEMM input (2 in BF16, 1 when FP8 keeps an FP8 copy).
 
-Peak allocated (``torch.cuda.max_memory_allocated``) =
+Peak allocated (``torch.cuda.max_memory_allocated``) = the larger of
+  forward/backward:
     model state (weights + grads + optimizer, ``model_state_bytes``)
-  + stored activations of the in-flight microbatches (``stage_activation_bytes``)
+  + stored activations of the in-flight microbatches (``chunk_layer_bytes`` × ``inflight_microbatch_chunks``)
   + logits/loss buffers on the stage holding the loss (``logits_loss_bytes``)
   + transients at the peak (one layer's backward working set, MoE dispatch buffers)
   + a fixed workspace (cuBLAS/TE workspaces, RNG states, small buffers)
+  and the optimizer step: model state + workspace + FP32 gradient copies
+  (``optimizer_grad_copy_bytes``) + what a full-iteration CUDA graph keeps pinned.
 The few terms that physics cannot pin down (the transient multipliers and the workspace) are
 coefficients fitted on measured runs and shipped as data (``lcmoe/data/memory_coefficients.yaml``,
 fit by ``benchmarks/fit_memory.py``). Reserved (nvidia-smi) adds allocator fragmentation,
@@ -94,7 +97,8 @@ class StageParams:
 def stage_params_per_gpu(model: ModelSpec, layout: ParallelLayout, stage: PipelineStage) -> StageParams:
     """dense = Σ layer dense params / tp (+ embedding/tp on the first stage, output/tp on the last,
     + embedding/tp again on the last when tied or when it holds MTP); expert = Σ routed / (ep·etp)
-    (theoretical_memory_utils.py:546-612, per stage rather than first-stage only)."""
+    (theoretical_memory_utils.py:546-612, per stage rather than first-stage only). A repeated MTP
+    layer's weights count once (``ModelSpec.mtp_weight_layers``)."""
     dense = 0.0
     expert = 0.0
     for first, count in stage.layer_groups:
@@ -103,8 +107,9 @@ def stage_params_per_gpu(model: ModelSpec, layout: ParallelLayout, stage: Pipeli
         expert += count * lp.routed_experts
     if stage.mtp_layers:
         last = layer_params(model, model.mtp_layer)
-        dense += stage.mtp_layers * (last.dense + mtp_extra_params(model))
-        expert += stage.mtp_layers * last.routed_experts
+        weight_layers = min(stage.mtp_layers, model.mtp_weight_layers)
+        dense += weight_layers * (last.dense + mtp_extra_params(model))
+        expert += weight_layers * last.routed_experts
     vocab_h = model.padded_vocab_size(layout.tp) * model.hidden_size
     if stage.has_embedding:
         dense += vocab_h
@@ -188,6 +193,20 @@ def model_state_bytes(params: StageParams, layout: ParallelLayout, options: Trai
         optimizer * (1 - master_share) * on_gpu,
         optimizer * options.optimizer_offload_fraction,
     )
+
+
+def optimizer_grad_copy_bytes(params: StageParams, layout: ParallelLayout, options: TrainingOptions) -> float:
+    """FP32 copies of the gradient shard made inside ``optimizer.step()`` when the DDP gradient
+    buffer is BF16 and the optimizer is not precision-aware: (P_dense/shard_dense +
+    P_expert/shard_expert)·4·(1 − offload fraction). The distributed optimizer sets
+    ``shard_main_param.grad = shard_model_grad.float()`` (distrib_optimizer.py:2756-2800,
+    ``_copy_model_grads_to_main_grads``); a precision-aware optimizer reads the BF16 shard in
+    place (``decoupled_grad``) and Megatron-FSDP keeps its own buffers, so neither copies."""
+    if options.main_grads_dtype != "bf16" or options.exp_avg_dtype != "fp32" or options.megatron_fsdp:
+        return 0.0
+    shard_dense, shard_expert = optimizer_shards(layout, options)
+    shard_params = params.dense / shard_dense + params.expert / shard_expert
+    return FP32 * shard_params * (1.0 - options.optimizer_offload_fraction)
 
 
 # ----- activations ----------------------------------------------------------------------------
@@ -504,11 +523,15 @@ def embedding_activation_bytes(model: ModelSpec, shape: TokenShape, options: Tra
 
 
 def logits_loss_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions, heads: int) -> float:
-    """Loss stage, per microbatch: final norm 2·2·T·h/sp; per output head the BF16 logits
-    2·T·V/tp live together with one FP32 buffer 4·T·V/tp (tensor_parallel/cross_entropy.py:
-    ``logits.float()``, max-subtract and exp in place, that buffer saved as the softmax for
-    backward, whose gradient is formed in place). The fused cross entropy
-    (``cross_entropy_loss_fusion``) works on the BF16 logits with an FP32 gradient: also 6 B."""
+    """Loss stage, per microbatch: final norm 2·2·T·h/sp; per output head (the main head and
+    each MTP depth) the BF16 logits 2·T·V/tp live together with one FP32 buffer 4·T·V/tp
+    (tensor_parallel/cross_entropy.py: ``logits.float()``, max-subtract and exp in place, that
+    buffer saved as the softmax for backward, whose gradient is formed in place). The fused
+    cross entropy (``cross_entropy_loss_fusion``) works on the BF16 logits with an FP32
+    gradient: also 6 B. Transformer Engine's fused kernel (``cross_entropy_fusion_impl=te``)
+    saves only the BF16 logits in its source, yet the measured Nemotron-3.5 Lightning runs that
+    use it with three heads (memory_points.csv) peak where 6 B per head puts them (−10% to +8%)
+    and 2 B per head would leave them 9–13% short, so every implementation keeps 6 B."""
     vocab = model.padded_vocab_size(shape.tp)
     per_head = BF16 + FP32
     norm = 2 * BF16 * shape.tokens * model.hidden_size / shape.sp
@@ -613,6 +636,13 @@ class MemoryEstimate:
         return max(s.peak_reserved for s in self.stages)
 
     @property
+    def peak_torch_reserved_bytes(self) -> float:
+        """What ``torch.cuda.max_memory_reserved`` (Bridge's ``mem-max-reserved``) reports: the
+        caching allocator's segments, allocated plus fragmentation. The CUDA context, NCCL and
+        DeepEP/HybridEP buffers are allocated outside PyTorch and appear only in nvidia-smi."""
+        return max(s.peak_allocated + s.fragmentation for s in self.stages)
+
+    @property
     def host_bytes_per_gpu(self) -> float:
         return max(s.optimizer_host for s in self.stages)
 
@@ -628,6 +658,7 @@ class MemoryEstimate:
         return {
             "peak_allocated_bytes": self.peak_allocated_bytes,
             "peak_reserved_bytes": self.peak_reserved_bytes,
+            "peak_torch_reserved_bytes": self.peak_torch_reserved_bytes,
             "capacity_bytes": self.capacity_bytes,
             "headroom_bytes": self.capacity_bytes - self.peak_reserved_bytes,
             "fits": self.fits(),
@@ -657,11 +688,14 @@ def stage_memory(
     first_step: bool = False,
     architecture: str = "hopper",
 ) -> StageMemory:
-    """Peak of one stage: model state + in-flight activations + loss buffers + transients.
+    """Peak of one stage: the larger of two moments.
 
+    Forward/backward: model state + in-flight activations + loss buffers + transients.
+    Optimizer step: model state + the FP32 gradient copies ``optimizer_grad_copy_bytes``
+    (+ the forward/backward working set a full-iteration graph keeps pinned in its pool).
     Steady state (default): the optimizer moments are resident during forward/backward. With
     ``first_step`` the peak is that of the first iteration, whose forward/backward runs before
-    the moments exist: max(state without moments + activation peak, full state + workspace).
+    the moments exist and eagerly (no graph pool yet).
     """
     c = coefficients
     shape = token_shape(layout, options)
@@ -712,18 +746,27 @@ def stage_memory(
     # every other moment of every stage peaks in a layer's backward (its working set plus the
     # MoE dispatch buffers). Both sit on top of the stored activations.
     dynamic = activations + max(logits, transient)
-    graphs = cuda_graph_pool_bytes(model, shape, options, stage)
+    graphs = cuda_graph_pool_bytes(model, shape, options, stage, inflight)
     persistent = static + workspace + graphs
-    peak_allocated = max(persistent - moments + dynamic, persistent) if first_step else persistent + dynamic
+    # The optimizer step runs after the activations are freed, except that a captured
+    # full-iteration graph keeps its whole working set in its private pool between replays
+    # (the pool is only released when the graph is destroyed; the first step runs eagerly).
+    pinned = dynamic if "full_iteration" in options.cuda_graph_scope and not first_step else 0.0
+    grad_copies = optimizer_grad_copy_bytes(params, layout, options)
+    forward_backward = persistent - moments + dynamic if first_step else persistent + dynamic
+    optimizer_step = persistent + pinned + grad_copies
+    peak_allocated = max(forward_backward, optimizer_step)
     overhead = (state.weights + state.gradients + state.optimizer) * c.state_overhead_fraction
     optimizer_live = state.optimizer
     logits_live, transient_live = (logits, 0.0) if logits >= transient else (0.0, transient)
     activations_live = activations
-    if first_step and dynamic >= moments:  # peak in the first backward, before the moments exist
+    if optimizer_step > forward_backward:  # peak in the optimizer step: the copies are the transient
+        if not pinned:
+            activations_live = logits_live = transient_live = 0.0
+        transient_live += grad_copies
+    elif first_step:  # peak in the first backward, before the moments exist
         optimizer_live -= state.optimizer_moments
         overhead -= state.optimizer_moments * c.state_overhead_fraction
-    elif first_step:  # peak in the first optimizer step: no activations live
-        activations_live = logits_live = transient_live = 0.0
 
     fraction = c.fragmentation_fraction if options.expandable_segments else c.fragmentation_fraction_no_expandable
     fragmentation = fraction * peak_allocated
@@ -756,26 +799,40 @@ def stage_memory(
     )
 
 
-def cuda_graph_pool_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions, stage: PipelineStage) -> float:
+def cuda_graph_pool_bytes(
+    model: ModelSpec, shape: TokenShape, options: TrainingOptions, stage: PipelineStage, inflight: int
+) -> float:
     """CUDA-graph memory the caching allocator cannot share with eager tensors (allocated).
 
-    TE-scoped graphs keep static input and output buffers of 2·T·h/sp BF16 per graphed module
-    and layer for the whole run (graphs of successive microbatches share them):
-    2·(2·T·h/sp)·scopes·layers (megatron/core/transformer/cuda_graphs.py; the cuda-graphs
-    skill's "a few GB", facts §6.5). A full-iteration graph captures forward and backward of
-    every microbatch into one private pool that is reused during capture as the eager
-    allocator would be (Bridge sets ``graph_capture_record_stream_reuse:True`` so side-stream
-    frees are reused too), so it adds no term here: its cost is the static MoE token budget
-    (dispatched_tokens). The skill's "1.5–2× peak" describes capture without that reuse, which
-    the published full-iteration runs (Qwen3-30B on 8 GB200 at MBS 4, Llama3-70B NVFP4) rule
-    out for the current recipes.
+    TE-scoped graphs (``cuda_graph_impl=transformer_engine``): Megatron gives each (layer,
+    microbatch) graph a static input that is reused once that microbatch's backward is done,
+    and from TE 2.7 make_graphed_callables also reuses the static input/output buffers between
+    graphs, one graph's output being the next one's input (megatron/core/transformer/
+    cuda_graphs.py:2322-2345 ``_get_sample_arguments``, :2684-2686
+    ``_reuse_graph_input_output_buffers``). Those inputs are the block inputs autograd saves
+    anyway (``norm_bytes``), and what a graph saves for backward lives in the shared graph pool
+    in place of the eager copy, so what is left is one input and one output buffer of 2·T·h/sp
+    per in-flight microbatch while a graph chain runs: 2·(2·T·h/sp)·inflight, when the stage
+    holds a graphed module. Measured runs are consistent with that: Nemotron-3.5 Lightning on
+    8 GB200 at MBS 2 peaks at 156.85 GiB allocated with attn, mamba, moe_router and
+    moe_preprocess graphed (perf recipe) and at 158.22 GiB without graphs (convergence recipe,
+    natural routing), where one buffer pair per graphed module and layer would add 13 GiB
+    (memory_points.csv).
+
+    A full-iteration graph captures forward and backward of every microbatch into one private
+    pool that is reused during capture as the eager allocator would be (torch.cuda.graph empties
+    the eager cache before capture; Bridge sets ``graph_capture_record_stream_reuse:True`` so
+    side-stream frees are reused too), so it adds no term here: its cost is the static MoE token
+    budget (``dispatched_tokens``) and its working set staying pinned through the optimizer
+    step (``stage_memory``).
     """
     scope = options.cuda_graph_scope
     if not scope or "full_iteration" in scope:
         return 0.0
-    per_buffer = BF16 * shape.tokens * model.hidden_size / shape.sp
     groups = [*stage.layer_groups, (model.mtp_layer, stage.mtp_layers)]
-    return 2 * per_buffer * sum(count * graphed_modules(model, first, scope) for first, count in groups)
+    if not any(count and graphed_modules(model, first, scope) for first, count in groups):
+        return 0.0
+    return 2 * BF16 * shape.tokens * model.hidden_size / shape.sp * inflight
 
 
 def graphed_modules(model: ModelSpec, layer: int, scope: frozenset[str]) -> int:

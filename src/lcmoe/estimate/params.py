@@ -178,8 +178,8 @@ def count_params(spec: ModelSpec, *, include_mtp: bool = True, vocab: int | None
     if include_mtp and spec.mtp_num_layers:
         last = layer_params(spec, spec.mtp_layer)
         per_layer = last.dense + last.routed_experts + mtp_extra_params(spec)
-        mtp = spec.mtp_num_layers * per_layer
-        mtp_active = spec.mtp_num_layers * (
+        mtp = spec.mtp_weight_layers * per_layer
+        mtp_active = spec.mtp_weight_layers * (
             last.dense + mtp_extra_params(spec) + (spec.moe_router_topk * per_expert if last.is_moe else 0)
         )
     final_norm = h

@@ -11,6 +11,7 @@ Glossary (used in every formula docstring of lcmoe):
     f_sh moe_shared_expert_intermediate_size           E   num_moe_experts, k = moe_router_topk
     n   num_attention_heads, g = num_query_groups, d = kv_channels (head dim)
     V   vocab size padded as Megatron pads it           m   mtp_num_layers
+    m_w MTP layers holding weights: 1 with mtp_use_repeated_layer (transformer_config.py:82), else m
     Mamba-2 mixers (hybrid models): nh = mamba_num_heads, hd = mamba_head_dim,
     d_i = nh·hd (d_inner), N = mamba_state_dim, G = mamba_num_groups, W = mamba_conv_kernel_dim
 
@@ -164,6 +165,9 @@ class ModelSpec(BaseModel):
     moe_expert_bias: bool = Field(default=False, description="biases on expert linears (GPT-OSS)")
 
     mtp_num_layers: int = Field(default=0, ge=0, le=64)
+    mtp_use_repeated_layer: bool = Field(
+        default=False, description="one MTP layer applied at every depth (weights stored once)"
+    )
     vocab_size: int = Field(gt=0, le=100_000_000)
     make_vocab_size_divisible_by: int = Field(default=128, gt=0)
     untie_embeddings_and_output_weights: bool = True
@@ -254,6 +258,12 @@ class ModelSpec(BaseModel):
             raise ValueError("hybrid_layer_pattern models use '*' attention layers; MLA and GDN are not modelled there")
 
     # ----- derived sizes ------------------------------------------------------------------
+    @property
+    def mtp_weight_layers(self) -> int:
+        """MTP layers that hold weights (m_w): Megatron builds one layer and applies it at every
+        depth with ``mtp_use_repeated_layer`` (gpt_layer_specs.py:779-786), else one per depth."""
+        return min(self.mtp_num_layers, 1) if self.mtp_use_repeated_layer else self.mtp_num_layers
+
     @property
     def is_hybrid(self) -> bool:
         return self.hybrid_layer_pattern is not None
