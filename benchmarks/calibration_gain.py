@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.perf_rows import PerfCase, container_factor, long_context_cases, perf_cases
+from benchmarks.perf_rows import PerfCase, container_factor, long_context_cases, perf_cases, split_time_holdout
 from benchmarks.published import REFERENCE, write_json
 from lcmoe.estimate.calibration import MeasuredRun, calibrate
 from lcmoe.estimate.time import TimeCoefficients, combine, shipped_time_coefficients, time_amounts
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", dest="json_out")
     args = parser.parse_args(argv)
 
-    cases, _ = perf_cases(args.data, args.recipes)
+    cases = split_time_holdout(perf_cases(args.data, args.recipes)[0])[0]
     if Path(args.long_context).exists():
         cases += long_context_cases(args.long_context)[0]
     groups: dict[tuple[str, str], list[PerfCase]] = {}

@@ -36,6 +36,7 @@ from benchmarks.perf_rows import (
     long_context_cases,
     perf_cases,
     reference_container,
+    split_time_holdout,
     version_key,
 )
 from benchmarks.published import REFERENCE, REPO, write_coefficients
@@ -257,7 +258,7 @@ def _fp8_prior_case(cases: list[PerfCase], names: list[str]) -> PerfCase | None:
 def load_cases() -> list[PerfCase]:
     cases, _ = perf_cases(str(REFERENCE / "perf_summary.csv"), str(REFERENCE / "perf_recipes.csv"))
     long_context, _ = long_context_cases(str(REFERENCE / "long_context.csv"))
-    return cases + long_context
+    return split_time_holdout(cases)[0] + long_context
 
 
 def by_family(cases: list[PerfCase]) -> dict[str, list[PerfCase]]:

@@ -38,6 +38,8 @@ LABEL_TO_CATALOG = {
     "qwen3235ba22b": "qwen3-235b-a22b",
     "nemotron3nano": "nemotron-3-nano-30b-a3b",
     "nemotron35lightning": "nemotron-3.5-lightning-30b-a3b",
+    "nemotron3super": "nemotron-3-super-120b-a12b",
+    "nemotron3super120ba12b": "nemotron-3-super-120b-a12b",
 }
 # Settings of the Bridge recipes that memory_points rows name ("recipe=NAME") but perf_recipes.csv
 # does not trace, read from the Bridge source (each row cites its file and lines).
@@ -249,6 +251,11 @@ def point_config(
         inherited["main_grads_dtype"] = recipe["main_grads_dtype"]
     if recipe.get("use_precision_aware_optimizer") == "True":
         inherited["exp_avg_dtype"] = "bf16"
+    if recipe.get("main_params_dtype") in ("fp16", "bf16"):
+        inherited["main_params_dtype"] = recipe["main_params_dtype"]
+    if recipe.get("moe_expert_capacity_factor"):
+        # Expert inputs padded to capacity: every expert sees capacity × the mean token count.
+        inherited["moe_token_imbalance"] = float(recipe["moe_expert_capacity_factor"])
     try:
         layout = ParallelLayout(
             tp=tp,

@@ -28,6 +28,7 @@ MODEL_BASE_TO_CATALOG = {
     "LLAMA3.1_405B": "llama3.1-405b",
     "LLAMA3_8B": "llama3-8b",
     "Nemotron_3_Nano": "nemotron-3-nano-30b-a3b",
+    "Nemotron_3_Super": "nemotron-3-super-120b-a12b",
 }
 
 

@@ -20,7 +20,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.perf_rows import PerfCase, container_factor, long_context_cases, perf_cases
+from benchmarks.perf_rows import (
+    TIME_HOLDOUT,
+    PerfCase,
+    container_factor,
+    long_context_cases,
+    perf_cases,
+    split_time_holdout,
+)
 from benchmarks.published import REFERENCE, write_json
 from lcmoe.estimate.time import TimeCoefficients, combine, shipped_time_coefficients, time_amounts
 
@@ -59,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", dest="json_out")
     args = parser.parse_args(argv)
 
-    cases, skipped = perf_cases(args.data, args.recipes)
+    all_cases, skipped = perf_cases(args.data, args.recipes)
+    cases, held_out = split_time_holdout(all_cases)
     long_context, _ = long_context_cases(args.long_context) if Path(args.long_context).exists() else ([], [])
     everything = cases + long_context
     if args.evaluate:
@@ -105,6 +113,18 @@ def main(argv: list[str] | None = None) -> int:
         )
     mape = statistics.mean(abs(e) for e in errors)
     mape_moe = statistics.mean(moe) if moe else 0.0
+    held_out_rows = []
+    if held_out:
+        print("\nmodels the time model is not fitted on (TIME_HOLDOUT), predicted with the fitted coefficients:")
+        for c, p in zip(held_out, predictions(held_out, coefficients), strict=True):
+            err = 100 * (p / c.published_tflops - 1)
+            held_out_rows.append(
+                {"row": c.name, "model": c.model_name, "published": c.published_tflops, "predicted": p, "err_pct": err}
+            )
+            print(f"  {c.name[:68]:68s} {c.published_tflops:6.0f} {p:6.0f} {err:+7.1f}")
+        for name in sorted({c.model_name for c in held_out}):
+            errs = [abs(float(r["err_pct"])) for r in held_out_rows if r["model"] == name]
+            print(f"  {name}: n={len(errs)} MAPE {statistics.mean(errs):.1f}% ({TIME_HOLDOUT[name]})")
     print(
         f"\nrows {len(everything)} (skipped {len(skipped)}): MAPE {mape:.2f}%  MoE MAPE {mape_moe:.2f}% "
         f"(n={len(moe)})"
@@ -122,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                 "lomo_mape_moe": lomo_moe,
                 "spearman_mean": statistics.mean(rhos) if rhos else None,
                 "long_context": lc_rows,
+                "held_out": held_out_rows,
                 "skipped": skipped,
                 "mode": "evaluate" if args.evaluate else "refit",
             },

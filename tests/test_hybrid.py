@@ -215,6 +215,44 @@ def test_hf_nemotron_h_config_reads_as_the_catalog_model(tmp_path: Path) -> None
     spec = model_from_hf_config(tmp_path)
     assert count_params(spec) == count_params(load_model(NANO))
     assert flops_per_token(spec, 8192).total == flops_per_token(load_model(NANO), 8192).total
-    with pytest.raises(LcmoeError, match="latent MoE"):
-        (tmp_path / "config.json").write_text(json.dumps(config | {"moe_latent_size": 1024}))
-        model_from_hf_config(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps(config | {"moe_latent_size": 1024}))
+    assert model_from_hf_config(tmp_path).moe_latent_size == 1024
+
+
+def test_latent_moe_by_hand() -> None:
+    """LatentMoE (Nemotron-3 Super): experts work in d_l = moe_latent_size, with an h→d_l and a
+    d_l→h projection per MoE layer that every TP rank holds in full; dispatch carries d_l."""
+    from lcmoe.estimate.flops import routed_flops_per_moe_layer
+    from lcmoe.estimate.memory import moe_dispatch_transient_bytes, stage_params_per_gpu
+    from lcmoe.estimate.params import expert_params, latent_projection_params, layer_params
+    from lcmoe.layout import pipeline_stages
+
+    super_ = load_model("nemotron-3-super-120b-a12b")
+    h, latent, f, k = 4096, 1024, 2688, 22
+    assert expert_params(super_) == 2 * latent * f  # squared ReLU: up and down, no gate
+    assert latent_projection_params(super_) == 2 * h * latent
+    moe_layer = next(i for i in range(super_.num_layers) if super_.is_moe_layer(i))
+    assert layer_params(super_, moe_layer).tp_replicated == 2 * h * latent
+    assert routed_flops_per_moe_layer(super_) == 6 * 2 * latent * f * k + 12 * h * latent
+    # Bridge's hybrid count (flop_utils.py:708-731) for a non-GLU latent MoE layer, ×3 for training.
+    assert routed_flops_per_moe_layer(super_) == 3 * (4 * latent * f * k + 4 * h * latent)
+    shape = TokenShape(tokens=4096, tp=1, sp=1, etp=1, ep=32, stored_gemm_input=2, seq_len=4096, mbs=1, cp=1)
+    options = TrainingOptions(seq_len=4096)
+    assert moe_dispatch_transient_bytes(super_, shape, options) == 2 * 2 * 4096 * k * latent
+    run = make_run("nemotron-3-super-120b-a12b", "h100", seq_len=4096, tp=2, cp=1, ep=32, pp=2, vpp=1, gpus=64)
+    tp1 = with_layout(run, tp=1, dp=32, sequence_parallel=False)
+    stage = pipeline_stages(run.model, run.layout)[0]
+    replicated = sum(count * layer_params(super_, first).tp_replicated for first, count in stage.layer_groups)
+    split = stage_params_per_gpu(super_, run.layout, stage).dense
+    whole = stage_params_per_gpu(super_, tp1.layout, pipeline_stages(tp1.model, tp1.layout)[0]).dense
+    assert split == pytest.approx((whole - replicated) / 2 + replicated)
+
+
+def test_megatron_latent_moe_args_parse() -> None:
+    args = (
+        "--num-layers 3 --hidden-size 256 --ffn-hidden-size 512 --num-attention-heads 8 "
+        "--group-query-attention --num-query-groups 2 --kv-channels 32 --num-experts 8 --moe-router-topk 2 "
+        "--moe-latent-size 64 --hybrid-layer-pattern MEM --mamba-num-heads 8 --squared-relu "
+        "--seq-length 4096 --micro-batch-size 1 --global-batch-size 8 --vocab-size 1024"
+    )
+    assert parse_megatron_args(args, world_size=1).model.moe_latent_size == 64

@@ -47,6 +47,8 @@ class TrainingOptions:
     megatron_fsdp: bool = False
     main_grads_dtype: Literal["fp32", "bf16"] = "fp32"
     exp_avg_dtype: Literal["fp32", "bf16", "fp8"] = "fp32"
+    # The precision-aware optimizer may keep its master parameters in 16 bits (Nemotron-3 Super).
+    main_params_dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
     optimizer_offload_fraction: float = 0.0
     # Activations.
     recompute_granularity: RecomputeGranularity = "none"

@@ -11,7 +11,7 @@ by Hydra), dispatcher type and flex backend are set together, an explicit
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from lcmoe.errors import LcmoeError
 from lcmoe.layout import ParallelLayout
@@ -35,6 +35,7 @@ RECIPES = {
     "llama3-8b": "llama3_8b_pretrain_config",
     "nemotron-3-nano-30b-a3b": "nemotron_3_nano_pretrain_config",
     "nemotron-3.5-lightning-30b-a3b": "nemotron_3_5_lightning_pretrain_config",
+    "nemotron-3-super-120b-a12b": "nemotron_3_super_pretrain_config",
 }
 # Recipes whose ConfigContainer has ``comm_overlap=None`` in megatron-bridge 0.6.2 (built and
 # checked by tests/test_bridge_runtime.py); the others carry a CommOverlapConfig.
@@ -120,7 +121,8 @@ def overrides_from_run(run: RunConfig) -> dict[str, Any]:
         else:
             out["model.moe_token_dispatcher_type"] = opt.dispatcher
         out[ep_overlap_key(run.model)] = opt.overlap_moe_expert_parallel_comm
-        if opt.overlap_moe_expert_parallel_comm:
+        # LatentMoE refuses shared-expert overlap in training (moe_layer.py:476-487).
+        if opt.overlap_moe_expert_parallel_comm or run.model.moe_latent_size:
             out["model.moe_shared_expert_overlap"] = False
     if opt.cuda_graph_scope:
         if "full_iteration" in opt.cuda_graph_scope:
@@ -136,11 +138,13 @@ def overrides_from_run(run: RunConfig) -> dict[str, Any]:
         out["model.cuda_graph_impl"] = "none"
     out["ddp.use_distributed_optimizer"] = opt.distributed_optimizer
     out["optimizer.use_distributed_optimizer"] = opt.distributed_optimizer
-    if opt.exp_avg_dtype != "fp32" or opt.main_grads_dtype != "fp32":
+    if opt.exp_avg_dtype != "fp32" or opt.main_grads_dtype != "fp32" or opt.main_params_dtype != "fp32":
         out["optimizer.use_precision_aware_optimizer"] = True
         out["optimizer.main_grads_dtype"] = "bf16" if opt.main_grads_dtype == "bf16" else "fp32"
         out["optimizer.exp_avg_dtype"] = opt.exp_avg_dtype
         out["optimizer.exp_avg_sq_dtype"] = opt.exp_avg_dtype
+        if opt.main_params_dtype != "fp32":
+            out["optimizer.main_params_dtype"] = opt.main_params_dtype
     if opt.optimizer_offload_fraction > 0:
         out["optimizer.optimizer_cpu_offload"] = True
         out["optimizer.optimizer_offload_fraction"] = opt.optimizer_offload_fraction
@@ -266,9 +270,18 @@ def run_from_overrides(
         or _get(values, "ddp.grad_reduce_in_fp32", True) in (False, "false", "False")
         else "fp32",
         exp_avg_dtype="bf16" if aware and _get(values, "optimizer.exp_avg_dtype", "bf16") == "bf16" else "fp32",
+        main_params_dtype=_sixteen_bit(_get(values, "optimizer.main_params_dtype", "fp32")) if aware else "fp32",
         optimizer_offload_fraction=offload,
     )
     return RunConfig(model, hardware, layout, options)
+
+
+def _sixteen_bit(value: Any) -> Literal["fp32", "fp16", "bf16"]:
+    """A Bridge dtype spelling (torch.float16, float16, fp16, bf16, torch.bfloat16, ...) as lcmoe's."""
+    text = str(value).lower()
+    if "bf16" in text or "bfloat16" in text:
+        return "bf16"
+    return "fp16" if "16" in text else "fp32"
 
 
 def format_override_value(value: Any) -> str:

@@ -101,13 +101,6 @@ def model_from_args(args: dict[str, Any], *, vocab_size: int | None = None, name
             "Mamba layers are modelled only in a hybrid model",
             "give --hybrid-layer-pattern (pretrain_hybrid.py)",
         )
-    if args.get("moe-latent-size"):
-        raise UnsupportedConfig(
-            "--moe-latent-size",
-            args.get("moe-latent-size"),
-            "latent MoE is not modelled by lcmoe yet",
-            "drop the flag to estimate without it",
-        )
     hidden = _req(args, "hidden-size")
     heads = _req(args, "num-attention-heads")
     swiglu = bool(args.get("swiglu"))
@@ -154,6 +147,7 @@ def model_from_args(args: dict[str, Any], *, vocab_size: int | None = None, name
             moe_shared_expert_intermediate_size=_int(args, "moe-shared-expert-intermediate-size"),
             moe_layer_freq=str(freq_raw) if not isinstance(freq_raw, int) else freq_raw,
             moe_router_enable_expert_bias=bool(args.get("moe-router-enable-expert-bias")),
+            moe_latent_size=_int(args, "moe-latent-size") or None,
         )
     if isinstance(pattern, str):
         data.update(hybrid_fields(args, pattern, hidden))
@@ -265,6 +259,9 @@ def options_from_args(args: dict[str, Any]) -> TrainingOptions:
     exp_avg: Literal["fp32", "bf16", "fp8"] = "fp32"
     if aware and args.get("exp-avg-dtype") in ("bf16", "fp8"):
         exp_avg = "bf16" if args.get("exp-avg-dtype") == "bf16" else "fp8"
+    main_params: Literal["fp32", "fp16", "bf16"] = "fp32"
+    if aware and args.get("main-params-dtype") in ("fp16", "bf16"):
+        main_params = "fp16" if args.get("main-params-dtype") == "fp16" else "bf16"
     offload = _float(args, "optimizer-offload-fraction", 1.0) if args.get("optimizer-cpu-offload") else 0.0
     backend = str(args.get("attention-backend", "auto"))
     return TrainingOptions(
@@ -279,6 +276,7 @@ def options_from_args(args: dict[str, Any]) -> TrainingOptions:
         megatron_fsdp=bool(args.get("use-megatron-fsdp")),
         main_grads_dtype=main_grads,
         exp_avg_dtype=exp_avg,
+        main_params_dtype=main_params,
         optimizer_offload_fraction=offload,
         recompute_granularity=granularity if granularity in ("selective", "full") else "none",  # type: ignore[arg-type]
         recompute_modules=frozenset(modules),

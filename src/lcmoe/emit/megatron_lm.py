@@ -74,13 +74,15 @@ def megatron_lm_args(run: RunConfig) -> list[str]:
                 *sorted(opt.cuda_graph_scope),
                 "--te-rng-tracker",
             ]
-    if opt.exp_avg_dtype != "fp32" or opt.main_grads_dtype != "fp32":
+    if opt.exp_avg_dtype != "fp32" or opt.main_grads_dtype != "fp32" or opt.main_params_dtype != "fp32":
         args += [
             "--use-precision-aware-optimizer",
             f"--main-grads-dtype={opt.main_grads_dtype}",
             f"--exp-avg-dtype={opt.exp_avg_dtype}",
             f"--exp-avg-sq-dtype={opt.exp_avg_dtype}",
         ]
+        if opt.main_params_dtype != "fp32":
+            args.append(f"--main-params-dtype={opt.main_params_dtype}")
     if opt.optimizer_offload_fraction > 0:
         args += [
             "--optimizer-cpu-offload",

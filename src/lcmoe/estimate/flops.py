@@ -74,13 +74,24 @@ def layer_counts(spec: ModelSpec) -> tuple[int, int]:
     return spec.total_layers - n_moe, n_moe
 
 
+def routed_flops_per_moe_layer(spec: ModelSpec) -> float:
+    """Routed experts of one MoE layer per token: 6·e·d_e·f_moe·k, with d_e = h, or for
+    LatentMoE d_e = d_l plus its two projections 12·h·d_l (flop_utils.py:1530-1540, the
+    transformer path's f_moe·k·e·d_l/h + 2·d_l times 6h; the hybrid path's moe_layer_flops,
+    :708-731, counts the same)."""
+    routed = 6.0 * spec.glu_factor * spec.expert_width * spec.expert_ffn * spec.moe_router_topk
+    if spec.moe_latent_size:
+        routed += 12.0 * spec.hidden_size * spec.moe_latent_size
+    return routed
+
+
 def mlp_flops_per_token(spec: ModelSpec) -> tuple[float, float, float]:
-    """(dense, routed, shared) = 6·h·e·(ffn·N_dense, f_moe·k·N_moe, f_sh·N_moe), e = 3 with GLU
-    (flop_utils.py:1523-1571)."""
+    """(dense, routed, shared) = (6·h·e·ffn·N_dense, routed_flops_per_moe_layer·N_moe,
+    6·h·e·f_sh·N_moe), e = 3 with GLU (flop_utils.py:1523-1571)."""
     n_dense, n_moe = layer_counts(spec)
     h, e = spec.hidden_size, spec.glu_factor
     dense = 6.0 * h * e * spec.ffn_hidden_size * n_dense
-    routed = 6.0 * h * e * spec.expert_ffn * spec.moe_router_topk * n_moe
+    routed = routed_flops_per_moe_layer(spec) * n_moe
     shared = 6.0 * h * e * spec.shared_ffn * n_moe
     return dense, routed, shared
 
@@ -171,7 +182,8 @@ def bridge_mamba_flops_per_layer(spec: ModelSpec) -> float:
 def hybrid_flops_per_token(spec: ModelSpec, seq_len: int, *, tp: int = 1) -> FlopsBreakdown:
     """Bridge's hybrid path per token (flop_utils.py:849-945): with counts N_sym over main layers
     and MTP depths, 3·[N_attn·(4h·q·(1 + g/n) + 2q·ŝ) + N_mlp·4·ffn·h·(1.5 if GLU)
-    + N_mamba·mamba + N_moe·4h·(f_moe·k + f_sh)·(1.5 if GLU) + 2h·V·(1 + m)]; SWA layers use
+    + N_mamba·mamba + N_moe·4h·(f_moe·k + f_sh)·(1.5 if GLU) + 2h·V·(1 + m)] (routed experts as
+    ``routed_flops_per_moe_layer``, which LatentMoE changes); SWA layers use
     2c for ŝ. Per-layer attention/MLP terms equal the transformer path's except that the
     attention output gate is not counted; neither is the MTP eh projection."""
     counts = spec.hybrid_layer_counts()
@@ -186,7 +198,7 @@ def hybrid_flops_per_token(spec: ModelSpec, seq_len: int, *, tp: int = 1) -> Flo
     core = 6.0 * ((n_attn - n_swa) * q * seq_len + swa_core)
     return FlopsBreakdown(
         dense_mlp=6.0 * h * e * spec.ffn_hidden_size * counts["-"],
-        routed_experts=6.0 * h * e * spec.expert_ffn * spec.moe_router_topk * counts["E"],
+        routed_experts=routed_flops_per_moe_layer(spec) * counts["E"],
         shared_experts=6.0 * h * e * spec.shared_ffn * counts["E"],
         attention_projections=projections,
         attention_core=core,

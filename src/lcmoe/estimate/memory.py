@@ -98,18 +98,22 @@ def stage_params_per_gpu(model: ModelSpec, layout: ParallelLayout, stage: Pipeli
     """dense = Σ layer dense params / tp (+ embedding/tp on the first stage, output/tp on the last,
     + embedding/tp again on the last when tied or when it holds MTP); expert = Σ routed / (ep·etp)
     (theoretical_memory_utils.py:546-612, per stage rather than first-stage only). A repeated MTP
-    layer's weights count once (``ModelSpec.mtp_weight_layers``)."""
+    layer's weights count once (``ModelSpec.mtp_weight_layers``); LatentMoE projections are
+    duplicated on every TP rank, not split."""
     dense = 0.0
     expert = 0.0
+    replicated = 0.0  # dense parameters every TP rank holds in full (LatentMoE projections)
     for first, count in stage.layer_groups:
         lp = layer_params(model, first)
         dense += count * lp.dense
         expert += count * lp.routed_experts
+        replicated += count * lp.tp_replicated
     if stage.mtp_layers:
         last = layer_params(model, model.mtp_layer)
         weight_layers = min(stage.mtp_layers, model.mtp_weight_layers)
         dense += weight_layers * (last.dense + mtp_extra_params(model))
         expert += weight_layers * last.routed_experts
+        replicated += weight_layers * last.tp_replicated
     vocab_h = model.padded_vocab_size(layout.tp) * model.hidden_size
     if stage.has_embedding:
         dense += vocab_h
@@ -119,7 +123,7 @@ def stage_params_per_gpu(model: ModelSpec, layout: ParallelLayout, stage: Pipeli
             dense += vocab_h
         if (not model.untie_embeddings_and_output_weights or stage.mtp_layers) and not stage.has_embedding:
             dense += vocab_h  # tied output / MTP embedding copy on the last stage
-    return StageParams(dense / layout.tp, expert / (layout.ep * layout.etp))
+    return StageParams((dense - replicated) / layout.tp + replicated, expert / (layout.ep * layout.etp))
 
 
 def weight_bytes_per_param(options: TrainingOptions) -> float:
@@ -132,11 +136,18 @@ def grad_bytes_per_param(options: TrainingOptions) -> float:
     return float(FP32) if options.main_grads_dtype == "fp32" else float(BF16)
 
 
+def master_param_bytes(options: TrainingOptions) -> float:
+    """Master parameter bytes: 4 (FP32), or 2 when the precision-aware optimizer keeps them in
+    FP16/BF16 (optimizer_config.py ``main_params_dtype``)."""
+    return float(FP32) if options.main_params_dtype == "fp32" else float(BF16)
+
+
 def optimizer_bytes_per_param(options: TrainingOptions) -> float:
-    """Unsharded optimizer bytes per parameter: Adam = FP32 master 4 + two moments (4 each, or 2 in
-    BF16, 1 in FP8 with the precision-aware optimizer); Muon = master + one momentum; SGD = master."""
+    """Unsharded optimizer bytes per parameter: Adam = master (``master_param_bytes``) + two
+    moments (4 each, or 2 in BF16, 1 in FP8 with the precision-aware optimizer); Muon = master +
+    one momentum; SGD = master."""
     moment = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0}[options.exp_avg_dtype]
-    master = 4.0
+    master = master_param_bytes(options)
     if options.optimizer == "adam":
         return master + 2 * moment
     if options.optimizer == "muon":
@@ -185,7 +196,7 @@ def model_state_bytes(params: StageParams, layout: ParallelLayout, options: Trai
     else:
         weights, grads = params.total * w, params.total * g
     on_gpu = 1.0 - options.optimizer_offload_fraction
-    master_share = 4.0 / o
+    master_share = master_param_bytes(options) / o
     return ModelState(
         weights,
         grads,
@@ -380,10 +391,12 @@ def dispatched_tokens(
 
 def moe_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions) -> float:
     """MoE block: norm; router logits and probabilities 2·4·(T/sp)·E (FP32 router); per dispatched
-    token Td: expert FC1 input a·Td·h, FC1 output 2·Td·f·(2 if GLU)/etp, activation output
-    a·Td·f/etp (dropped by ``moe_act``); shared expert as a dense MLP; dropout mask. The router
+    token Td: expert FC1 input a·Td·d_e, FC1 output 2·Td·f·(2 if GLU)/etp, activation output
+    a·Td·f/etp (dropped by ``moe_act``); shared expert as a dense MLP; LatentMoE's up-projection
+    input a·(T/sp)·d_l (its down-projection reads the norm output, already stored); dropout
+    mask. d_e is the width routed tokens carry (h, or the latent size). The router
     probabilities are applied inside the expert activation (experts.py
-    ``activation_func_with_probs``), so unpermute saves no Td·h copy. ``moe`` recompute keeps
+    ``activation_func_with_probs``), so unpermute saves no Td·d_e copy. ``moe`` recompute keeps
     only the block input."""
     h = model.hidden_size
     if options.recomputes("moe"):
@@ -395,7 +408,9 @@ def moe_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingO
     td = dispatched_tokens(model, shape, options)
     f = model.expert_ffn
     glu = 2 if model.gated_linear_unit else 1
-    stored += shape.stored_gemm_input * td * h + BF16 * td * f * glu / shape.etp
+    stored += shape.stored_gemm_input * td * model.expert_width + BF16 * td * f * glu / shape.etp
+    if model.moe_latent_size:
+        stored += shape.stored_gemm_input * shape.tokens / shape.sp * model.moe_latent_size
     if not options.recomputes("moe_act"):
         stored += shape.stored_gemm_input * td * f / shape.etp
     if model.shared_ffn and not options.recomputes("shared_experts"):
@@ -435,8 +450,8 @@ def activation_offload_saving(model: ModelSpec, layer: int, shape: TokenShape, o
     to the host: attn_norm / mlp_norm the norm inputs 2·T·h/sp (standalone norms only: MLA's
     input norm, the MoE pre-MLP norm); qkv_linear the QKV input a·T·h/sp (gone when a
     standalone norm's output is recomputed); core_attn everything core attention saves (Q, K, V,
-    output); attn_proj the projection input; expert_fc1 the expert FC1 input a·Td·h; moe_act the
-    activation output."""
+    output); attn_proj the projection input; expert_fc1 the expert FC1 input a·Td·d_e; moe_act
+    the activation output."""
     mods = options.activation_offload_modules
     if not mods:
         return 0.0
@@ -463,7 +478,7 @@ def activation_offload_saving(model: ModelSpec, layer: int, shape: TokenShape, o
     if model.is_moe_layer(layer) and not options.recomputes("moe"):
         td = dispatched_tokens(model, shape, options)
         if "expert_fc1" in mods:
-            saving += shape.stored_gemm_input * td * h
+            saving += shape.stored_gemm_input * td * model.expert_width
         if "moe_act" in mods and not options.recomputes("moe_act"):
             saving += shape.stored_gemm_input * td * model.expert_ffn / shape.etp
     return saving
@@ -540,11 +555,11 @@ def logits_loss_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOpti
 
 def moe_dispatch_transient_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions) -> float:
     """Live only while one MoE layer runs: the permuted send buffer and the received tokens,
-    2·2·Td·h (alltoall/flex); the allgather dispatcher gathers every TP·EP rank's tokens,
-    2·(T/sp)·tp·ep·h, before selecting its own."""
+    2·2·Td·d_e (alltoall/flex); the allgather dispatcher gathers every TP·EP rank's tokens,
+    2·(T/sp)·tp·ep·d_e, before selecting its own (d_e: ``ModelSpec.expert_width``)."""
     if not model.is_moe:
         return 0.0
-    h = model.hidden_size
+    h = model.expert_width
     td = dispatched_tokens(model, shape, options, static_factor=FULL_ITERATION_RANK_CAPACITY)
     if options.dispatcher == "allgather":
         return BF16 * shape.tokens / shape.sp * shape.tp * shape.ep * h + 2 * BF16 * td * h

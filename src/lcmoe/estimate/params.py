@@ -21,6 +21,9 @@ class LayerParams:
     routed_experts: int
     is_moe: bool
     attention_kind: AttentionKind
+    # Dense parameters every TP rank holds in full: LatentMoE's projections are TELinear with
+    # parallel_mode="duplicated" (moe_layer.py:266-300).
+    tp_replicated: int = 0
 
     @property
     def dense(self) -> int:
@@ -111,33 +114,46 @@ def dense_mlp_params(spec: ModelSpec, ffn: int) -> int:
 
 
 def expert_params(spec: ModelSpec) -> int:
-    """One routed expert: glu·h·f_moe (+ biases (glu−1)·f_moe + h when experts have biases)."""
-    h, glu, f = spec.hidden_size, spec.glu_factor, spec.expert_ffn
-    bias = (glu - 1) * f + h if spec.moe_expert_bias else 0
-    return glu * h * f + bias
+    """One routed expert: glu·d_e·f_moe (+ biases (glu−1)·f_moe + d_e when experts have biases),
+    d_e = h, or moe_latent_size for LatentMoE (experts.py:219-242)."""
+    d, glu, f = spec.expert_width, spec.glu_factor, spec.expert_ffn
+    bias = (glu - 1) * f + d if spec.moe_expert_bias else 0
+    return glu * d * f + bias
+
+
+def latent_projection_params(spec: ModelSpec) -> int:
+    """LatentMoE's down and up projections around dispatch: 2·h·d_l (+ biases d_l + h)
+    (moe_layer.py:266-300 ``fc1_latent_proj`` h→d_l, ``fc2_latent_proj`` d_l→h); 0 without."""
+    if not spec.moe_latent_size:
+        return 0
+    h, latent = spec.hidden_size, spec.moe_latent_size
+    return 2 * h * latent + (latent + h if spec.add_bias_linear else 0)
 
 
 def moe_dense_params(spec: ModelSpec) -> int:
-    """Non-routed part of a MoE layer: router h·E (+E bias), shared expert glu·h·f_sh (+ gate h),
-    pre-MLP norm h."""
+    """Non-routed part of a MoE layer: router h·E (+E bias), shared expert glu·h·f_sh (+ gate h;
+    it runs on the full width, moe_layer.py:428-436), LatentMoE projections
+    (``latent_projection_params``), pre-MLP norm h."""
     h, num_experts = spec.hidden_size, spec.num_moe_experts or 0
     router = h * num_experts + (num_experts if spec.add_bias_linear else 0)
     shared = spec.glu_factor * h * spec.shared_ffn
     gate = h if spec.moe_shared_expert_gate and spec.shared_ffn else 0
-    return router + shared + gate + h
+    return router + shared + gate + latent_projection_params(spec) + h
 
 
 def layer_params(spec: ModelSpec, layer: int) -> LayerParams:
     """Parameters of decoder layer ``layer``; for MTP layers pass ``spec.mtp_layer``."""
     kind = attention_kind(spec, layer)
     is_moe = spec.is_moe_layer(layer)
+    replicated = 0
     if is_moe:
         mlp, experts = moe_dense_params(spec), (spec.num_moe_experts or 0) * expert_params(spec)
+        replicated = latent_projection_params(spec)
     elif not spec.has_mlp(layer):
         mlp, experts = 0, 0
     else:
         mlp, experts = dense_mlp_params(spec, spec.ffn_hidden_size), 0
-    return LayerParams(attention_params(spec, kind), mlp, experts, is_moe, kind)
+    return LayerParams(attention_params(spec, kind), mlp, experts, is_moe, kind, replicated)
 
 
 def mtp_extra_params(spec: ModelSpec) -> int:

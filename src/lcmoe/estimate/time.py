@@ -339,8 +339,10 @@ def layer_flops_per_token(model: ModelSpec, layer: int, seq_len: int) -> LayerFl
         context = 2 * swa_context(model, seq_len) if kind is AttentionKind.SWA else seq_len
         core = 6.0 * q * context
     if model.is_moe_layer(layer):
-        mlp_dense = 6.0 * h * e * model.shared_ffn
-        experts = 6.0 * h * e * model.expert_ffn * model.moe_router_topk
+        # LatentMoE's projections are dense (replicated) GEMMs; its experts work in the latent width.
+        latent = 12.0 * h * model.moe_latent_size if model.moe_latent_size else 0.0
+        mlp_dense = 6.0 * h * e * model.shared_ffn + latent
+        experts = 6.0 * e * model.expert_width * model.expert_ffn * model.moe_router_topk
     elif model.has_mlp(layer):
         mlp_dense = 6.0 * h * e * model.ffn_hidden_size
         experts = 0.0
@@ -566,12 +568,12 @@ def _layer_amounts(run: RunConfig, layer: int, no_recompute: TrainingOptions) ->
     ep_bytes = moe_token_bytes = 0.0
     if is_moe:
         sp = layout.tp if layout.sequence_parallel else 1
-        moe_token_bytes = shape.tokens / sp * model.moe_router_topk * model.hidden_size * BF16
+        moe_token_bytes = shape.tokens / sp * model.moe_router_topk * model.expert_width * BF16
     if is_moe and layout.ep * layout.etp > 1:
         sp = layout.tp if layout.sequence_parallel else 1
         td = shape.tokens / sp * model.moe_router_topk * layout.etp * options.moe_token_imbalance
         dispatch = 1.0 if options.is_fp8 and options.dispatcher in ("deepep", "hybridep") else float(BF16)
-        ep_bytes = 2 * td * model.hidden_size * (dispatch + BF16)
+        ep_bytes = 2 * td * model.expert_width * (dispatch + BF16)
     # Per block (mixer, MLP): all-gather + reduce-scatter forward and backward.
     blocks = (kind is not AttentionKind.NONE) + model.has_mlp(layer)
     tp_bytes = (
@@ -668,7 +670,7 @@ def time_amounts(run: RunConfig, stages: list[PipelineStage] | None = None) -> R
         dp_span=layout.world_size // layout.pp,
         nvlink_domain=hardware.nvlink_domain_size,
         tokens_per_expert=shape.tokens / sp * model.moe_router_topk * layout.etp / local_experts,
-        expert_gemm_size=model.hidden_size * model.expert_ffn / layout.etp if model.is_moe else 0.0,
+        expert_gemm_size=model.expert_width * model.expert_ffn / layout.etp if model.is_moe else 0.0,
         local_experts=local_experts if model.is_moe else 0.0,
         attention_chunk=options.seq_len / layout.cp / (2 if layout.cp > 1 else 1),
         dispatcher=options.dispatcher,

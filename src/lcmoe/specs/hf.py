@@ -256,12 +256,10 @@ def _nemotron_h(cfg: _Config) -> dict[str, Any]:
     """Nemotron-H / Nemotron-3 hybrids (nemotron_h_bridge.py provider_bridge): the layer pattern
     ``hybrid_override_pattern`` plus one ``/``-separated MTP depth per ``num_nextn_predict_layers``
     (``mtp_hybrid_override_pattern``); squared-ReLU MLPs (no GLU); sigmoid router with expert
-    bias. Latent MoE (``moe_latent_size``, Nemotron-3 Super) is not modelled."""
+    bias; LatentMoE's ``moe_latent_size`` (Nemotron-3 Super, nemotron_h_bridge.py:320-321)."""
     pattern = cfg.data.get("hybrid_override_pattern")
     if not isinstance(pattern, str) or not pattern:
         raise cfg._fail("hybrid_override_pattern", pattern, "must be the hybrid layer pattern string")
-    if cfg.data.get("moe_latent_size"):
-        raise cfg._fail("moe_latent_size", cfg.data["moe_latent_size"], "latent MoE is not modelled by lcmoe yet")
     depths = cfg.integer("num_nextn_predict_layers", 0, minimum=0)
     mtp = cfg.data.get("mtp_hybrid_override_pattern") if depths else None
     if depths and not isinstance(mtp, str):
@@ -285,6 +283,7 @@ def _nemotron_h(cfg: _Config) -> dict[str, Any]:
             moe_ffn_hidden_size=cfg.integer("moe_intermediate_size"),
             moe_shared_expert_intermediate_size=cfg.opt_int("moe_shared_expert_intermediate_size"),
             moe_router_enable_expert_bias=True,
+            moe_latent_size=cfg.opt_int("moe_latent_size"),
         )
     return fields
 

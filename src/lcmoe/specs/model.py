@@ -9,6 +9,7 @@ Glossary (used in every formula docstring of lcmoe):
     L   num_layers (decoder layers, MTP excluded)      h   hidden_size
     ffn ffn_hidden_size (dense MLP)                    f_moe moe_ffn_hidden_size
     f_sh moe_shared_expert_intermediate_size           E   num_moe_experts, k = moe_router_topk
+    d_e the width routed tokens carry: moe_latent_size (LatentMoE) or h
     n   num_attention_heads, g = num_query_groups, d = kv_channels (head dim)
     V   vocab size padded as Megatron pads it           m   mtp_num_layers
     m_w MTP layers holding weights: 1 with mtp_use_repeated_layer (transformer_config.py:82), else m
@@ -157,6 +158,9 @@ class ModelSpec(BaseModel):
     moe_router_topk: int = Field(default=0, ge=0)
     moe_ffn_hidden_size: int | None = Field(default=None, gt=0)
     moe_shared_expert_intermediate_size: int | None = Field(default=None, gt=0)
+    moe_latent_size: int | None = Field(
+        default=None, gt=0, description="LatentMoE: routed experts work in this width (Nemotron-3 Super)"
+    )
     moe_shared_expert_gate: bool = False
     moe_layer_freq: LayerPattern = 1
     moe_router_num_groups: int | None = Field(default=None, gt=0)
@@ -203,6 +207,8 @@ class ModelSpec(BaseModel):
                 )
         elif self.moe_router_topk:
             raise ValueError("moe_router_topk is set but num_moe_experts is not")
+        if self.moe_latent_size and not self.num_moe_experts:
+            raise ValueError("moe_latent_size is set but num_moe_experts is not; latent projections exist only in MoE")
         if self.linear_attention_type == "gdn" and not (
             self.linear_num_key_heads
             and self.linear_num_value_heads
@@ -303,6 +309,13 @@ class ModelSpec(BaseModel):
     def expert_ffn(self) -> int:
         """f_moe, falling back to ffn as Megatron does (arguments.py:1650-1651)."""
         return self.moe_ffn_hidden_size or self.ffn_hidden_size
+
+    @property
+    def expert_width(self) -> int:
+        """d_e: what a routed token carries through dispatch and the experts. LatentMoE projects
+        it h → moe_latent_size before dispatch and back after combine (moe_layer.py:266-300,
+        ``fc1_latent_proj`` / ``fc2_latent_proj``; experts.py:219-242 size the experts on it)."""
+        return self.moe_latent_size or self.hidden_size
 
     @property
     def shared_ffn(self) -> int:
