@@ -1,11 +1,14 @@
 """memory_points.csv: documented fits and OOMs → does lcmoe's verdict agree?
 
-A row is modelled when it is a training run, its model is in the catalog and its GPU and GPU
-count are stated. A row from a perf recipe takes what it leaves empty (sequence length,
-dispatcher, recompute, CUDA graphs) from that recipe's trace in perf_recipes.csv
-(``perf_recipe_for``); other empty fields take Megatron Bridge's defaults (seq 4096, MBS 1,
-CP/EP/ETP 1, distributed optimizer, BF16). Whether the allocator ran with expandable segments
-comes from the row's own sources (``ran_with_expandable_segments``).
+A row is modelled when it is a full-parameter training run (not LoRA, inference or a checkpoint
+conversion), its model is in the catalog and its GPU and GPU count are stated. A row takes what
+it leaves empty (layout, sequence length, dispatcher, recompute, CUDA graphs, optimizer dtypes)
+from the Bridge recipe it ran: the perf recipe's trace in perf_recipes.csv
+(``perf_recipe_for``), or for a row naming its recipe ("recipe=NAME") that recipe's settings
+read from the Bridge source into benchmarks/data/bridge_recipes.csv (``named_recipe_for``);
+what neither says takes Megatron Bridge's defaults (seq 4096, MBS 1, CP/EP/ETP 1, distributed
+optimizer, BF16). Whether the allocator ran with expandable segments comes from the row's own
+sources (``ran_with_expandable_segments``).
 """
 
 from __future__ import annotations
@@ -95,7 +98,7 @@ def recipe_settings(row: dict[str, str], name: str) -> dict[str, Any]:
 
 
 # Verdicts whose predicted peak is within this many percent of the GPU's memory are reported apart:
-# the golden rows' median error is 2.2% and their 90th percentile 7.8%.
+# the golden rows' median error is about 2% and their 90th percentile about 8%.
 CLOSE_CALL_PCT = 5.0
 
 # Tasks whose memory is not a training step's (inference, checkpoint conversion, a forward-only
