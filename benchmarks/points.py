@@ -13,6 +13,7 @@ sources (``ran_with_expandable_segments``).
 
 from __future__ import annotations
 
+import functools
 import re
 import statistics
 from pathlib import Path
@@ -151,14 +152,18 @@ def perf_recipe_for(row: dict[str, str], name: str, recipes: list[dict[str, str]
     return max(candidates, key=lambda r: version_key(r.get("container", "")), default=None)
 
 
+@functools.cache
+def named_recipes() -> tuple[dict[str, str], ...]:
+    """benchmarks/data/bridge_recipes.csv, read once."""
+    return tuple(read_rows(NAMED_RECIPES)) if NAMED_RECIPES.exists() else ()
+
+
 def named_recipe_for(row: dict[str, str], name: str) -> dict[str, str] | None:
     """The settings of the recipe a row names ("recipe=NAME") from benchmarks/data/bridge_recipes.csv."""
     match = re.search(r"recipe=([A-Za-z0-9_]+)", row.get("config_detail", ""))
-    if match is None or not NAMED_RECIPES.exists():
+    if match is None:
         return None
-    return next(
-        (r for r in read_rows(NAMED_RECIPES) if r["recipe_function"] == match.group(1) and r["model"] == name), None
-    )
+    return next((r for r in named_recipes() if r["recipe_function"] == match.group(1) and r["model"] == name), None)
 
 
 def perf_recipes_beside(points_path: str) -> list[dict[str, str]]:

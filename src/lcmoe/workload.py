@@ -122,6 +122,12 @@ class TrainingOptions:
         return self.precision.startswith("fp8") or self.precision in ("mxfp8", "nvfp4")
 
     @property
+    def precision_aware_optimizer(self) -> bool:
+        """Whether the optimizer needs ``use_precision_aware_optimizer``: a main gradient, master
+        parameter or moment dtype below FP32 (what the emitters switch on)."""
+        return self.exp_avg_dtype != "fp32" or self.main_grads_dtype != "fp32" or self.main_params_dtype != "fp32"
+
+    @property
     def tensor_core_precision(self) -> str:
         return tensor_core_precision(self.precision)
 

@@ -138,7 +138,7 @@ def overrides_from_run(run: RunConfig) -> dict[str, Any]:
         out["model.cuda_graph_impl"] = "none"
     out["ddp.use_distributed_optimizer"] = opt.distributed_optimizer
     out["optimizer.use_distributed_optimizer"] = opt.distributed_optimizer
-    if opt.exp_avg_dtype != "fp32" or opt.main_grads_dtype != "fp32" or opt.main_params_dtype != "fp32":
+    if opt.precision_aware_optimizer:
         out["optimizer.use_precision_aware_optimizer"] = True
         out["optimizer.main_grads_dtype"] = "bf16" if opt.main_grads_dtype == "bf16" else "fp32"
         out["optimizer.exp_avg_dtype"] = opt.exp_avg_dtype

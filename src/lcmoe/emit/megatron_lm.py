@@ -74,7 +74,7 @@ def megatron_lm_args(run: RunConfig) -> list[str]:
                 *sorted(opt.cuda_graph_scope),
                 "--te-rng-tracker",
             ]
-    if opt.exp_avg_dtype != "fp32" or opt.main_grads_dtype != "fp32" or opt.main_params_dtype != "fp32":
+    if opt.precision_aware_optimizer:
         args += [
             "--use-precision-aware-optimizer",
             f"--main-grads-dtype={opt.main_grads_dtype}",

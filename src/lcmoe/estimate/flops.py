@@ -74,15 +74,23 @@ def layer_counts(spec: ModelSpec) -> tuple[int, int]:
     return spec.total_layers - n_moe, n_moe
 
 
+def expert_gemm_flops_per_moe_layer(spec: ModelSpec) -> float:
+    """The k routed experts' GEMMs of one MoE layer per token: 6·e·d_e·f_moe·k, d_e = h or, for
+    LatentMoE, the latent width."""
+    return 6.0 * spec.glu_factor * spec.expert_width * spec.expert_ffn * spec.moe_router_topk
+
+
+def latent_projection_flops_per_moe_layer(spec: ModelSpec) -> float:
+    """LatentMoE's h→d_l and d_l→h projections per token: 12·h·d_l; 0 without."""
+    return 12.0 * spec.hidden_size * spec.moe_latent_size if spec.moe_latent_size else 0.0
+
+
 def routed_flops_per_moe_layer(spec: ModelSpec) -> float:
-    """Routed experts of one MoE layer per token: 6·e·d_e·f_moe·k, with d_e = h, or for
-    LatentMoE d_e = d_l plus its two projections 12·h·d_l (flop_utils.py:1530-1540, the
-    transformer path's f_moe·k·e·d_l/h + 2·d_l times 6h; the hybrid path's moe_layer_flops,
-    :708-731, counts the same)."""
-    routed = 6.0 * spec.glu_factor * spec.expert_width * spec.expert_ffn * spec.moe_router_topk
-    if spec.moe_latent_size:
-        routed += 12.0 * spec.hidden_size * spec.moe_latent_size
-    return routed
+    """Routed experts of one MoE layer per token as Bridge counts them: the expert GEMMs plus,
+    for LatentMoE, its two projections (flop_utils.py:1530-1540, the transformer path's
+    f_moe·k·e·d_l/h + 2·d_l times 6h; the hybrid path's moe_layer_flops, :708-731, counts the
+    same)."""
+    return expert_gemm_flops_per_moe_layer(spec) + latent_projection_flops_per_moe_layer(spec)
 
 
 def mlp_flops_per_token(spec: ModelSpec) -> tuple[float, float, float]:

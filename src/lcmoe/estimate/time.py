@@ -37,7 +37,14 @@ from typing import Any
 
 import yaml
 
-from lcmoe.estimate.flops import flops_per_token, gdn_flops_per_layer, gqa_projection_per_layer, swa_context
+from lcmoe.estimate.flops import (
+    expert_gemm_flops_per_moe_layer,
+    flops_per_token,
+    gdn_flops_per_layer,
+    gqa_projection_per_layer,
+    latent_projection_flops_per_moe_layer,
+    swa_context,
+)
 from lcmoe.estimate.memory import (
     BF16,
     layer_activation_bytes,
@@ -340,9 +347,8 @@ def layer_flops_per_token(model: ModelSpec, layer: int, seq_len: int) -> LayerFl
         core = 6.0 * q * context
     if model.is_moe_layer(layer):
         # LatentMoE's projections are dense (replicated) GEMMs; its experts work in the latent width.
-        latent = 12.0 * h * model.moe_latent_size if model.moe_latent_size else 0.0
-        mlp_dense = 6.0 * h * e * model.shared_ffn + latent
-        experts = 6.0 * e * model.expert_width * model.expert_ffn * model.moe_router_topk
+        mlp_dense = 6.0 * h * e * model.shared_ffn + latent_projection_flops_per_moe_layer(model)
+        experts = expert_gemm_flops_per_moe_layer(model)
     elif model.has_mlp(layer):
         mlp_dense = 6.0 * h * e * model.ffn_hidden_size
         experts = 0.0
