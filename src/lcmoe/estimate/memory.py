@@ -559,11 +559,11 @@ def moe_dispatch_transient_bytes(model: ModelSpec, shape: TokenShape, options: T
     2·(T/sp)·tp·ep·d_e, before selecting its own (d_e: ``ModelSpec.expert_width``)."""
     if not model.is_moe:
         return 0.0
-    h = model.expert_width
+    d_e = model.expert_width
     td = dispatched_tokens(model, shape, options, static_factor=FULL_ITERATION_RANK_CAPACITY)
     if options.dispatcher == "allgather":
-        return BF16 * shape.tokens / shape.sp * shape.tp * shape.ep * h + 2 * BF16 * td * h
-    return 2 * BF16 * td * h
+        return BF16 * shape.tokens / shape.sp * shape.tp * shape.ep * d_e + 2 * BF16 * td * d_e
+    return 2 * BF16 * td * d_e
 
 
 def te_workspace_bytes(model: ModelSpec, options: TrainingOptions, architecture: str) -> float:

@@ -571,13 +571,11 @@ def _layer_amounts(run: RunConfig, layer: int, no_recompute: TrainingOptions) ->
             q_width = model.num_attention_heads * model.head_dim
         cp_kv = shape.tokens * BF16 * width / layout.tp
         cp_a2a = 2 * 2 * (layout.cp - 1) / layout.cp * shape.tokens * BF16 * (2 * q_width + width) / layout.tp
-    ep_bytes = moe_token_bytes = 0.0
-    if is_moe:
-        sp = layout.tp if layout.sequence_parallel else 1
-        moe_token_bytes = shape.tokens / sp * model.moe_router_topk * model.expert_width * BF16
+    ep_bytes = 0.0
+    routed_tokens = shape.tokens / shape.sp * model.moe_router_topk if is_moe else 0.0
+    moe_token_bytes = routed_tokens * model.expert_width * BF16
     if is_moe and layout.ep * layout.etp > 1:
-        sp = layout.tp if layout.sequence_parallel else 1
-        td = shape.tokens / sp * model.moe_router_topk * layout.etp * options.moe_token_imbalance
+        td = routed_tokens * layout.etp * options.moe_token_imbalance
         dispatch = 1.0 if options.is_fp8 and options.dispatcher in ("deepep", "hybridep") else float(BF16)
         ep_bytes = 2 * td * model.expert_width * (dispatch + BF16)
     # Per block (mixer, MLP): all-gather + reduce-scatter forward and backward.
@@ -629,9 +627,8 @@ def _stage_amounts(
     logits = 0.0
     if stage.has_loss:
         logits = 6.0 * model.hidden_size * model.padded_vocab_size(layout.tp) * (1 + stage.mtp_layers) * tokens
-    sp = layout.tp if layout.sequence_parallel else 1
     shape = token_shape(layout, options)
-    pp_bytes = 2 * shape.tokens * model.hidden_size * BF16 / sp if layout.pp > 1 else 0.0
+    pp_bytes = 2 * shape.tokens * model.hidden_size * BF16 / shape.sp if layout.pp > 1 else 0.0
     params = stage_params_per_gpu(model, layout, stage)
     grad_bytes = 4.0 if options.main_grads_dtype == "fp32" else 2.0
     dense_dp, edp = layout.dp * layout.cp, max(layout.edp, 1)
@@ -652,7 +649,6 @@ def time_amounts(run: RunConfig, stages: list[PipelineStage] | None = None) -> R
     ``stages`` may be passed when the caller already has them (the planner does)."""
     model, layout, hardware, options = run.model, run.layout, run.hardware, run.options
     shape = token_shape(layout, options)
-    sp = layout.tp if layout.sequence_parallel else 1
     local_experts = max((model.num_moe_experts or 1) / layout.ep, 1.0)
     local, remote = ep_link_shares(model, layout.ep, layout.etp, hardware.nvlink_domain_size, options.dispatcher)
     tokens = layout.gbs * options.seq_len
@@ -675,7 +671,7 @@ def time_amounts(run: RunConfig, stages: list[PipelineStage] | None = None) -> R
         ep_remote_share=remote,
         dp_span=layout.world_size // layout.pp,
         nvlink_domain=hardware.nvlink_domain_size,
-        tokens_per_expert=shape.tokens / sp * model.moe_router_topk * layout.etp / local_experts,
+        tokens_per_expert=shape.tokens / shape.sp * model.moe_router_topk * layout.etp / local_experts,
         expert_gemm_size=model.expert_width * model.expert_ffn / layout.etp if model.is_moe else 0.0,
         local_experts=local_experts if model.is_moe else 0.0,
         attention_chunk=options.seq_len / layout.cp / (2 if layout.cp > 1 else 1),
