@@ -240,11 +240,14 @@ def point_config(
         else None
     )
     offload = re.search(r"optimizer_offload_(\d+)pct", detail)
+    # The graphs a row ran are the ones its configuration names (notes may name the fix instead);
+    # a full-iteration graph captures everything, so no TE scope runs beside it.
+    configured = row.get("config_detail", "").lower()
     scopes: set[str] = set()
-    if "full-iteration cuda graph" in detail:
+    if "full-iteration cuda graph" in configured:
         scopes.add("full_iteration")
     for scope in ("attn", "mlp", "mamba", "moe_router", "moe_preprocess"):
-        if re.search(rf"cuda graphs? (?:scope )?[^;]*\b{scope}\b", detail):
+        if re.search(rf"cuda graphs? (?:scope )?[^;]*\b{scope}\b", configured):
             scopes.add(scope)
     if not scopes and recipe:
         scopes = set(recipe_graph_scopes(recipe.get("cuda_graph_effective", "")))
@@ -255,6 +258,8 @@ def point_config(
     ).lower()
     inherited = recipe_settings(row, name)
     scopes |= inherited.pop("cuda_graph_scope", set())
+    if "full_iteration" in scopes:
+        scopes = {"full_iteration"}
     if recipe.get("main_grads_dtype") in ("fp32", "bf16"):
         inherited["main_grads_dtype"] = recipe["main_grads_dtype"]
     if recipe.get("use_precision_aware_optimizer") == "True":
@@ -290,7 +295,9 @@ def point_config(
             dispatcher=dispatcher if dispatcher in ("deepep", "hybridep") else "alltoall",
             cuda_graph_scope=frozenset(scopes),
             megatron_fsdp=recipe.get("use_megatron_fsdp") == "True",
-            activation_offload_modules=frozenset(m for m in recipe.get("offload_modules", "").split() if m),
+            activation_offload_modules=frozenset(
+                m for m in re.findall(r"[a-z_0-9]+", recipe.get("offload_modules", "").lower()) if m != "none"
+            ),
             expandable_segments=ran_with_expandable_segments(row),
             **inherited,
         )

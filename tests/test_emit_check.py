@@ -15,7 +15,7 @@ from lcmoe.emit.writer import write_plan_directory
 from lcmoe.errors import LcmoeError
 from lcmoe.plan.search import PlanRequest, search
 from tests.conftest import run_cli
-from tests.helpers import make_run
+from tests.helpers import make_run, with_options
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +168,23 @@ def test_megatron_lm_args_carry_the_layout() -> None:
     args = megatron_lm_args(make_run())
     assert "--context-parallel-size=32" in args and "--expert-model-parallel-size=32" in args
     assert any(a.startswith("--pipeline-model-parallel-layout=") for a in args)
+
+
+@pytest.mark.parametrize(
+    ("precision", "flag"), [("mxfp8", "--fp8-param-gather"), ("nvfp4", "--fp4-param-gather"), ("fp8-blockwise", None)]
+)
+def test_megatron_lm_args_keep_the_parameters_the_estimate_assumed(precision: str, flag: str | None) -> None:
+    """Bridge's MXFP8, tensor-wise and NVFP4 recipes keep quantized parameters and its blockwise
+    recipe BF16 ones; the estimate follows the recipe, and Megatron-LM (where both flags default
+    off) gets the flag spelled out, and reads it back."""
+    from lcmoe.config_io.megatron_args import options_from_args, tokenize_args
+
+    run = with_options(make_run(), precision=precision)
+    args = megatron_lm_args(run)
+    gathers = [a for a in args if a in ("--fp8-param-gather", "--fp4-param-gather")]
+    assert gathers == ([flag] if flag else [])
+    read = options_from_args(tokenize_args(args))
+    assert (read.precision, read.quantized_params) == (precision, run.options.quantized_params)
 
 
 def test_reader_takes_bf16_gradient_buffer_from_ddp_flag() -> None:

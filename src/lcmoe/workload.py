@@ -21,6 +21,11 @@ PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8-tensorwise", "fp8-delayed", 
 RECOMPUTE_MODULES = frozenset({"core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts"})
 DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep")
 CUDA_GRAPH_SCOPES = frozenset({"attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration"})
+# Precisions whose Bridge mixed-precision recipe keeps quantized parameters: fp8_param_gather=True
+# for current scaling, delayed scaling and MXFP8, fp4_param_gather=True for NVFP4; the blockwise
+# (subchannel) recipe keeps BF16 ones (megatron/bridge/training/mixed_precision.py:231, 264,
+# 302, 416 vs 384).
+QUANTIZED_PARAM_PRECISIONS = frozenset({"fp8-tensorwise", "fp8-delayed", "mxfp8", "nvfp4"})
 
 
 def tensor_core_precision(precision: str) -> str:
@@ -39,7 +44,10 @@ class TrainingOptions:
 
     seq_len: int
     precision: str = "bf16"
-    fp8_param_gather: bool = False
+    # FP8/FP4 parameters (Megatron ``--fp8-param-gather`` / ``--fp4-param-gather``, Bridge
+    # ``mixed_precision.fp8_param_gather`` / ``fp4_param_gather``); None = what Bridge's
+    # mixed-precision recipe for ``precision`` sets (``quantized_params``).
+    fp8_param_gather: bool | None = None
     # Optimizer and state placement.
     optimizer: Literal["adam", "muon", "sgd"] = "adam"
     distributed_optimizer: bool = True
@@ -120,6 +128,16 @@ class TrainingOptions:
     @property
     def is_fp8(self) -> bool:
         return self.precision.startswith("fp8") or self.precision in ("mxfp8", "nvfp4")
+
+    @property
+    def quantized_params(self) -> bool:
+        """Whether the parameters themselves are FP8 / NVFP4 tensors (``fp8_param_gather``, or the
+        Bridge recipe's default for this precision when unset)."""
+        if not self.is_fp8:
+            return False
+        if self.fp8_param_gather is None:
+            return self.precision in QUANTIZED_PARAM_PRECISIONS
+        return self.fp8_param_gather
 
     @property
     def precision_aware_optimizer(self) -> bool:

@@ -14,6 +14,7 @@ from lcmoe.cli.common import EXIT_FINDINGS, JSON, abort, print_json, stdout
 # Allocated components sum to "peak allocated"; adding the reserved-only ones gives "peak reserved".
 ALLOCATED_COMPONENTS = (
     "weights",
+    "weight_copies",
     "gradients",
     "optimizer",
     "state_overhead",

@@ -221,6 +221,8 @@ def layout_from_args(args: dict[str, Any], *, world_size: int, num_layers: int) 
 
 
 def _precision(args: dict[str, Any]) -> str:
+    if args.get("fp4-format") or args.get("fp4-recipe"):  # NVFP4 is Megatron's one FP4 recipe
+        return "nvfp4"
     fmt, recipe = args.get("fp8-format"), args.get("fp8-recipe")
     if fmt or recipe:
         return {
@@ -267,7 +269,7 @@ def options_from_args(args: dict[str, Any]) -> TrainingOptions:
     return TrainingOptions(
         seq_len=_int(args, "seq-length", 4096) or 4096,
         precision=_precision(args),
-        fp8_param_gather=bool(args.get("fp8-param-gather")),
+        fp8_param_gather=bool(args.get("fp8-param-gather") or args.get("fp4-param-gather")),
         optimizer="muon"
         if "muon" in str(args.get("optimizer", "adam"))
         else ("sgd" if args.get("optimizer") == "sgd" else "adam"),

@@ -41,8 +41,12 @@ def megatron_lm_args(run: RunConfig) -> list[str]:
             "--fp8-format=e4m3" if opt.precision in ("mxfp8", "fp8-blockwise") else "--fp8-format=hybrid",
             f"--fp8-recipe={_FP8_RECIPE[opt.precision]}",
         ]
+        if opt.quantized_params:  # the FP8 parameters the memory estimate assumed
+            args.append("--fp8-param-gather")
     elif opt.precision == "nvfp4":
         args += ["--fp4-format=e2m1", "--fp4-recipe=nvfp4"]
+        if opt.quantized_params:
+            args.append("--fp4-param-gather")
     if opt.recompute_granularity == "selective":
         args += ["--recompute-granularity=selective", "--recompute-modules", *sorted(opt.recompute_modules)]
     elif opt.recompute_granularity == "full":

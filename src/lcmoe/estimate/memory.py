@@ -7,6 +7,7 @@ Every term is bytes on one GPU. Symbols: T = s·b/cp tokens of one microbatch on
 Peak allocated (``torch.cuda.max_memory_allocated``) = the larger of
   forward/backward:
     model state (weights + grads + optimizer, ``model_state_bytes``)
+  + TE's cached FP8/FP4 copies of the linear weights (``quantized_weight_copy_bytes``)
   + stored activations of the in-flight microbatches (``chunk_layer_bytes`` × ``inflight_microbatch_chunks``)
   + logits/loss buffers on the stage holding the loss (``logits_loss_bytes``)
   + transients at the peak (one layer's backward working set, MoE dispatch buffers)
@@ -84,10 +85,18 @@ def shipped_coefficients() -> MemoryCoefficients:
 # ----- model state ----------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class StageParams:
-    """Parameters held by one GPU of a pipeline stage: dense (over TP) and expert (over EP·ETP)."""
+    """Parameters held by one GPU of a pipeline stage: dense (over TP) and expert (over EP·ETP);
+    ``vocab`` is the embedding / output-layer share of ``dense`` (not run through TE's FP8 GEMMs)."""
 
     dense: float
     expert: float
+    vocab: float = 0.0
+
+    @property
+    def linear(self) -> float:
+        """Parameters of the TE linear layers (attention, MLP and expert GEMMs): everything but the
+        embedding and output layer (norm and router weights are a rounding error here)."""
+        return self.total - self.vocab
 
     @property
     def total(self) -> float:
@@ -115,20 +124,57 @@ def stage_params_per_gpu(model: ModelSpec, layout: ParallelLayout, stage: Pipeli
         expert += weight_layers * last.routed_experts
         replicated += weight_layers * last.tp_replicated
     vocab_h = model.padded_vocab_size(layout.tp) * model.hidden_size
+    vocab = 0.0
     if stage.has_embedding:
-        dense += vocab_h
+        vocab += vocab_h
     if stage.has_loss:
         dense += model.hidden_size  # final norm
         if model.untie_embeddings_and_output_weights:
-            dense += vocab_h
+            vocab += vocab_h
         if (not model.untie_embeddings_and_output_weights or stage.mtp_layers) and not stage.has_embedding:
-            dense += vocab_h  # tied output / MTP embedding copy on the last stage
-    return StageParams((dense - replicated) / layout.tp + replicated, expert / (layout.ep * layout.etp))
+            vocab += vocab_h  # tied output / MTP embedding copy on the last stage
+    dense += vocab
+    return StageParams(
+        (dense - replicated) / layout.tp + replicated, expert / (layout.ep * layout.etp), vocab / layout.tp
+    )
+
+
+def quantized_usage_bytes(options: TrainingOptions) -> float:
+    """Bytes per parameter of one usage (row-wise or column-wise) of a quantized weight: MXFP8 and
+    FP8 blockwise 1 B + 1/32 B of scales (one FP32 or E8M0 scale per 32–128 values, rounded up to
+    MXFP8's), FP8 tensor-wise/delayed 1 B, NVFP4 0.5 B + 1/16 B of E4M3 scales."""
+    if options.precision == "nvfp4":
+        return 0.5 + 1 / 16
+    if options.precision in ("mxfp8", "fp8-blockwise"):
+        return 1.0 + 1 / 32
+    return 1.0
 
 
 def weight_bytes_per_param(options: TrainingOptions) -> float:
-    """2 (BF16) or 1 (FP8 parameters with fp8_param_gather)."""
-    return 1.0 if options.fp8_param_gather and options.is_fp8 else float(BF16)
+    """2 (BF16), or one row-wise usage of a quantized weight when the parameters are FP8/NVFP4
+    tensors (``TrainingOptions.quantized_params``)."""
+    return quantized_usage_bytes(options) if options.quantized_params else float(BF16)
+
+
+def quantized_weight_copy_bytes(options: TrainingOptions, architecture: str) -> float:
+    """Bytes per linear-layer parameter that Transformer Engine keeps besides the parameter itself:
+    the quantized weights its FP8/FP4 GEMMs read. TE caches them between microbatches in the
+    module's ``_fp8_workspaces`` (transformer_engine/pytorch/module/base.py
+    ``get_weight_workspace``: "the tensor in the cache ... persists beyond a single forward
+    pass"; Megatron passes ``is_first_microbatch`` so the cache is used), one row-wise usage for
+    the forward GEMM and one column-wise usage for the data-gradient GEMM
+    (``quantized_usage_bytes`` each). FP8 tensor-wise scaling has a single payload that only
+    Hopper must also keep transposed (Blackwell GEMMs read it in either layout). With quantized
+    parameters the parameter is the row-wise usage (``weight_bytes_per_param``) and only the
+    column-wise one is added (base.py: quantized weights get ``update_usage(columnwise_usage=
+    True)``). Megatron-FSDP gathers weights per module and keeps no transpose cache, so nothing
+    persists there."""
+    if not options.is_fp8 or options.megatron_fsdp:
+        return 0.0
+    row = col = quantized_usage_bytes(options)
+    if options.precision in ("fp8-tensorwise", "fp8-delayed") and architecture == "blackwell":
+        col = 0.0
+    return col if options.quantized_params else row + col
 
 
 def grad_bytes_per_param(options: TrainingOptions) -> float:
@@ -177,16 +223,20 @@ class ModelState:
     optimizer_master: float
     optimizer_moments: float
     optimizer_host: float
+    weight_copies: float = 0.0
 
     @property
     def optimizer(self) -> float:
         return self.optimizer_master + self.optimizer_moments
 
 
-def model_state_bytes(params: StageParams, layout: ParallelLayout, options: TrainingOptions) -> ModelState:
+def model_state_bytes(
+    params: StageParams, layout: ParallelLayout, options: TrainingOptions, *, architecture: str = "hopper"
+) -> ModelState:
     """weights = P·w; grads = P·g; optimizer = P_dense·o/shard_dense + P_expert·o/shard_expert,
-    times (1 − offload fraction) on the GPU and the rest on the host. Megatron-FSDP also shards
-    weights and gradients over the same groups."""
+    times (1 − offload fraction) on the GPU and the rest on the host; weight copies =
+    P_linear·``quantized_weight_copy_bytes``. Megatron-FSDP also shards weights and gradients
+    over the same groups."""
     w, g, o = weight_bytes_per_param(options), grad_bytes_per_param(options), optimizer_bytes_per_param(options)
     shard_dense, shard_expert = optimizer_shards(layout, options)
     optimizer = params.dense * o / shard_dense + params.expert * o / shard_expert
@@ -203,6 +253,7 @@ def model_state_bytes(params: StageParams, layout: ParallelLayout, options: Trai
         optimizer * master_share * on_gpu,
         optimizer * (1 - master_share) * on_gpu,
         optimizer * options.optimizer_offload_fraction,
+        params.linear * quantized_weight_copy_bytes(options, architecture),
     )
 
 
@@ -538,19 +589,23 @@ def embedding_activation_bytes(model: ModelSpec, shape: TokenShape, options: Tra
 
 
 def logits_loss_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions, heads: int) -> float:
-    """Loss stage, per microbatch: final norm 2·2·T·h/sp; per output head (the main head and
-    each MTP depth) the BF16 logits 2·T·V/tp live together with one FP32 buffer 4·T·V/tp
-    (tensor_parallel/cross_entropy.py: ``logits.float()``, max-subtract and exp in place, that
-    buffer saved as the softmax for backward, whose gradient is formed in place). The fused
-    cross entropy (``cross_entropy_loss_fusion``) works on the BF16 logits with an FP32
-    gradient: also 6 B. Transformer Engine's fused kernel (``cross_entropy_fusion_impl=te``)
-    saves only the BF16 logits in its source, yet the measured Nemotron-3.5 Lightning runs that
-    use it with three heads (memory_points.csv) peak where 6 B per head puts them (−10% to +8%)
-    and 2 B per head would leave them 9–13% short, so every implementation keeps 6 B."""
+    """Loss stage, per microbatch: final norm 2·2·T·h/sp, plus (4·H + 2)·T·V/tp for H output heads
+    (the main head and each MTP depth, computed one after the other, each keeping what its
+    backward needs). Megatron's unfused and fused kernels cast each head's BF16 logits to FP32
+    (``logits.float()``), turn that buffer into the softmax in place and save it for backward
+    (tensor_parallel/cross_entropy.py ``calculate_logits_max``; fusions/fused_cross_entropy.py
+    ``save_for_backward(exp_logits, …)``): 4 B per head, plus the current head's 2 B BF16
+    logits while it is cast (and its 2 B BF16 gradient in backward). With one head that is
+    the 6 B every golden run shows. Transformer Engine's kernel (``cross_entropy_fusion_impl=te``,
+    Bridge's perf-recipe default) saves only the BF16 logits in its source
+    (transformer_engine/pytorch/cross_entropy.py ``save_for_backward(_input)``), yet the five
+    measured Nemotron-3.5 Lightning runs that use it (three heads, memory_points.csv) peak within
+    2% of where 4 B per head puts them and 2 B per head would leave them 9–14% short, so every
+    kernel is modelled at 4·H + 2."""
     vocab = model.padded_vocab_size(shape.tp)
-    per_head = BF16 + FP32
+    per_token_vocab = FP32 * heads + BF16
     norm = 2 * BF16 * shape.tokens * model.hidden_size / shape.sp
-    return norm + heads * per_head * shape.tokens * vocab / shape.tp
+    return norm + per_token_vocab * shape.tokens * vocab / shape.tp
 
 
 def moe_dispatch_transient_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions) -> float:
@@ -604,6 +659,7 @@ class StageMemory:
     # moments are not allocated yet during the first backward; DDP/optimizer padding is its own
     # "state_overhead" term.
     state_overhead: float = 0.0
+    weight_copies: float = 0.0
     optimizer_at_peak: float | None = None
     activations_at_peak: float | None = None
     logits_at_peak: float | None = None
@@ -617,6 +673,7 @@ class StageMemory:
 
         return {
             "weights": self.weights,
+            "weight_copies": self.weight_copies,
             "gradients": self.gradients,
             "optimizer": at_peak(self.optimizer_at_peak, self.optimizer),
             "state_overhead": self.state_overhead,
@@ -715,12 +772,20 @@ def stage_memory(
     c = coefficients
     shape = token_shape(layout, options)
     params = stage_params_per_gpu(model, layout, stage)
-    state = model_state_bytes(params, layout, options)
+    state = model_state_bytes(params, layout, options, architecture=architecture)
     h = model.hidden_size
 
     inflight = inflight_microbatch_chunks(layout, stage.rank)
     chunk_bytes: list[float] = []
     largest_layer = 0.0
+    # A layer's backward runs on its full activations: selectively recomputed modules are
+    # rematerialised for it (the checkpoint's forward replay), so the working set is the layer
+    # without recompute.
+    replayed = (
+        replace(options, recompute_granularity="none", recompute_modules=frozenset())
+        if options.recompute_granularity == "selective"
+        else options
+    )
     for chunk in stage.chunks:
         # The allgather dispatcher keeps gathered copies of every TP·EP rank's tokens that the
         # per-tensor physics does not list; their size is fitted (allgather_moe_scale).
@@ -728,7 +793,13 @@ def stage_memory(
         per_layer = chunk_layer_bytes(
             model, chunk.decoder_layers, chunk.mtp_layers, shape, options, moe_scale=moe_scale
         )
-        largest_layer = max([largest_layer, *per_layer])
+        if replayed is options:
+            largest_layer = max([largest_layer, *per_layer])
+        else:
+            full_layers = chunk_layer_bytes(
+                model, chunk.decoder_layers, chunk.mtp_layers, shape, replayed, moe_scale=moe_scale
+            )
+            largest_layer = max([largest_layer, *full_layers])
         if options.recompute_granularity == "full":
             stored = full_recompute_bytes(per_layer, shape, h, options)
             largest_layer = max(largest_layer, sum(sorted(per_layer)[-options.recompute_num_layers :]))
@@ -762,7 +833,7 @@ def stage_memory(
     # MoE dispatch buffers). Both sit on top of the stored activations.
     dynamic = activations + max(logits, transient)
     graphs = cuda_graph_pool_bytes(model, shape, options, stage, inflight)
-    persistent = static + workspace + graphs
+    persistent = static + state.weight_copies + workspace + graphs
     # The optimizer step runs after the activations are freed, except that a captured
     # full-iteration graph keeps its whole working set in its private pool between replays
     # (the pool is only released when the graph is destroyed; the first step runs eagerly).
@@ -807,6 +878,7 @@ def stage_memory(
         optimizer_host=state.optimizer_host,
         inflight_microbatches=inflight,
         state_overhead=overhead,
+        weight_copies=state.weight_copies,
         optimizer_at_peak=optimizer_live,
         activations_at_peak=activations_live,
         logits_at_peak=logits_live,

@@ -265,8 +265,8 @@ def static_lower_bound_fits(run: RunConfig, margin: float, stages: list[Pipeline
     offloaded = replace(run.options, optimizer_offload_fraction=1.0)
     for stage in stages or pipeline_stages(run.model, run.layout):
         params = stage_params_per_gpu(run.model, run.layout, stage)
-        state = model_state_bytes(params, run.layout, offloaded)
-        if state.weights + state.gradients > capacity:
+        state = model_state_bytes(params, run.layout, offloaded, architecture=run.hardware.architecture)
+        if state.weights + state.weight_copies + state.gradients > capacity:
             return False
     return True
 

@@ -14,6 +14,7 @@ GIB = 1024.0**3
 # Allocated components first (they sum to peak allocated), then the reserved-only ones.
 COMPONENTS = (
     ("weights", "#4e79a7"),
+    ("weight_copies", "#76b7b2"),
     ("gradients", "#a0cbe8"),
     ("optimizer", "#f28e2b"),
     ("state_overhead", "#ffbe7d"),
