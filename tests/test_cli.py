@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.conftest import run_cli
 
 
@@ -57,6 +59,22 @@ def test_estimate_refuses_illegal_layout_with_rule_id() -> None:
     )
     assert code == 2
     assert "L-HEADS-TP" in err and "Traceback" not in err + out
+
+
+def test_estimate_fp8_params_follow_the_bridge_recipe_unless_told() -> None:
+    """Tensor-wise FP8 on H100: Bridge's recipe keeps FP8 parameters (1 B) and TE their 1 B
+    transpose; --no-fp8-params keeps BF16 parameters and both FP8 copies."""
+
+    def stage0(*extra: str) -> dict[str, float]:
+        args = ("--model", "qwen3-30b-a3b", "--gpus", "8", "--seq-len", "4k", "--ep", "8")
+        code, out, _ = run_cli("estimate", *args, "--precision", "fp8-tensorwise", *extra, "--json")
+        assert code in (0, 1)
+        return json.loads(out)["memory"]["stages"][0]["components"]  # type: ignore[no-any-return]
+
+    recipe, bf16_params = stage0(), stage0("--no-fp8-params")
+    assert 0 < recipe["weight_copies"] < recipe["weights"]  # the embedding and output layer stay BF16
+    assert bf16_params["weights"] > recipe["weights"]
+    assert bf16_params["weight_copies"] == pytest.approx(2 * recipe["weight_copies"])
 
 
 def test_estimate_json_has_the_documented_keys() -> None:

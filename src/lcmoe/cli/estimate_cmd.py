@@ -60,6 +60,11 @@ def estimate(
         1.0, "--moe-imbalance", min=1.0, help="tokens on the busiest expert rank / mean"
     ),
     expandable_segments: bool = typer.Option(True, "--expandable-segments/--no-expandable-segments"),
+    fp8_params: bool = typer.Option(
+        None,
+        "--fp8-params/--no-fp8-params",
+        help="FP8/NVFP4 parameters (fp8/fp4_param_gather); default: what Bridge's precision recipe keeps",
+    ),
     hardware_file: Path = ro.HW_FILE,
     hw: list[str] = ro.HW_SET,
     scaleout_gbps: float = ro.SCALEOUT,
@@ -95,6 +100,7 @@ def estimate(
         precision_aware_optimizer=precision_aware_optimizer,
         moe_imbalance=moe_imbalance,
         expandable_segments=expandable_segments,
+        fp8_params=fp8_params,
         hardware_file=hardware_file,
         hw=hw,
         scaleout_gbps=scaleout_gbps,

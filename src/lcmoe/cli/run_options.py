@@ -59,6 +59,7 @@ def build_run(
     precision_aware_optimizer: bool,
     moe_imbalance: float,
     expandable_segments: bool,
+    fp8_params: bool | None,
     hardware_file: Path | None,
     hw: list[str],
     scaleout_gbps: float | None,
@@ -94,6 +95,7 @@ def build_run(
     options = TrainingOptions(
         seq_len=tokens,
         precision=precision,
+        fp8_param_gather=fp8_params,
         recompute_granularity=granularity,
         recompute_modules=modules,
         recompute_method=method,
