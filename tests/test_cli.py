@@ -71,6 +71,8 @@ def test_estimate_fp8_params_follow_the_bridge_recipe_unless_told() -> None:
         assert code in (0, 1)
         return json.loads(out)["memory"]["stages"][0]["components"]  # type: ignore[no-any-return]
 
+    code, _, err = run_cli("estimate", "--model", "qwen3-30b-a3b", "--gpus", "8", "--seq-len", "4k", "--fp8-params")
+    assert code == 2 and "fp8_param_gather" in err and "Traceback" not in err
     recipe, bf16_params = stage0(), stage0("--no-fp8-params")
     assert 0 < recipe["weight_copies"] < recipe["weights"]  # the embedding and output layer stay BF16
     assert bf16_params["weights"] > recipe["weights"]

@@ -122,6 +122,13 @@ class TrainingOptions:
                 "must be ≥ 1 (1 = perfectly balanced)",
                 "use 1.0 under forced balance",
             )
+        if self.fp8_param_gather and not self.is_fp8:
+            raise LcmoeError(
+                "fp8_param_gather",
+                True,
+                f"needs an FP8 or FP4 precision, not {self.precision} (transformer_config.py: fp8_param requires fp8)",
+                "drop --fp8-params or pick fp8-tensorwise, fp8-blockwise, mxfp8 or nvfp4",
+            )
         if self.recompute_num_layers < 1:
             raise LcmoeError("recompute_num_layers", self.recompute_num_layers, "must be ≥ 1", "e.g. 1")
 
