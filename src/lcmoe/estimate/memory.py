@@ -631,6 +631,16 @@ def te_workspace_bytes(model: ModelSpec, options: TrainingOptions, architecture:
     return per_stream * streams
 
 
+@functools.lru_cache(maxsize=1024)
+def replayed_options(options: TrainingOptions) -> TrainingOptions:
+    """The options a layer's backward runs under: selectively recomputed modules are
+    rematerialised for it (the checkpoint replays their forward), so its working set is the
+    layer without selective recompute. Cached: the planner asks once per stage and candidate."""
+    if options.recompute_granularity != "selective":
+        return options
+    return replace(options, recompute_granularity="none", recompute_modules=frozenset())
+
+
 # ----- assembling a stage ---------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class StageMemory:
@@ -778,14 +788,7 @@ def stage_memory(
     inflight = inflight_microbatch_chunks(layout, stage.rank)
     chunk_bytes: list[float] = []
     largest_layer = 0.0
-    # A layer's backward runs on its full activations: selectively recomputed modules are
-    # rematerialised for it (the checkpoint's forward replay), so the working set is the layer
-    # without recompute.
-    replayed = (
-        replace(options, recompute_granularity="none", recompute_modules=frozenset())
-        if options.recompute_granularity == "selective"
-        else options
-    )
+    replayed = replayed_options(options)
     for chunk in stage.chunks:
         # The allgather dispatcher keeps gathered copies of every TP·EP rank's tokens that the
         # per-tensor physics does not list; their size is fitted (allgather_moe_scale).
