@@ -233,18 +233,20 @@ class ModelState:
 def model_state_bytes(
     params: StageParams, layout: ParallelLayout, options: TrainingOptions, *, architecture: str = "hopper"
 ) -> ModelState:
-    """weights = P·w; grads = P·g; optimizer = P_dense·o/shard_dense + P_expert·o/shard_expert,
-    times (1 − offload fraction) on the GPU and the rest on the host; weight copies =
-    P_linear·``quantized_weight_copy_bytes``. Megatron-FSDP also shards weights and gradients
-    over the same groups."""
+    """weights = P_linear·w + P_vocab·2 (quantized parameters are the TE linear weights only: the
+    embedding and output layer stay BF16); grads = P·g; optimizer = P_dense·o/shard_dense +
+    P_expert·o/shard_expert, times (1 − offload fraction) on the GPU and the rest on the host;
+    weight copies = P_linear·``quantized_weight_copy_bytes``. Megatron-FSDP also shards
+    weights and gradients over the same groups."""
     w, g, o = weight_bytes_per_param(options), grad_bytes_per_param(options), optimizer_bytes_per_param(options)
     shard_dense, shard_expert = optimizer_shards(layout, options)
     optimizer = params.dense * o / shard_dense + params.expert * o / shard_expert
     if options.megatron_fsdp:
         sharded = params.dense / shard_dense + params.expert / shard_expert
-        weights, grads = sharded * w, sharded * g
+        vocab = params.vocab / shard_dense
     else:
-        weights, grads = params.total * w, params.total * g
+        sharded, vocab = params.total, params.vocab
+    weights, grads = (sharded - vocab) * w + vocab * BF16, sharded * g
     on_gpu = 1.0 - options.optimizer_offload_fraction
     master_share = master_param_bytes(options) / o
     return ModelState(
