@@ -94,3 +94,20 @@ def test_precision_does_not_change_the_config_megatron_sees() -> None:
     run = make_run()
     fp8 = replace(run, options=replace(run.options, precision="fp8-blockwise"))
     assert megatron_core.build(fp8).context_parallel_size == 32
+
+
+def test_native_fused_cross_entropy_keeps_one_fp32_buffer_per_head() -> None:
+    """memory.logits_loss_bytes charges each head one FP32 softmax (4 B) plus the cast head's BF16
+    logits: Megatron's fused cross entropy (fusions/fused_cross_entropy.py, torch.compile'd by
+    ``jit_fuser``) casts the logits once and then subtracts, exponentiates and normalises that
+    FP32 buffer in place, so what it saves for backward is the cast buffer itself."""
+    import torch
+    from megatron.core.fusions import fused_cross_entropy as fused
+
+    logits = torch.randn(64, 1, 1024, dtype=torch.bfloat16)
+    target = torch.randint(0, 1024, (64, 1))
+    cast, logits_max = fused.calculate_logits_max(logits)
+    assert cast.dtype == torch.float32 and cast.data_ptr() != logits.data_ptr()
+    _, _, predicted_and_sum, exp_logits = fused.calculate_predicted_logits(cast, target, logits_max, 0, 1024)
+    softmax, _ = fused.calculate_cross_entropy_loss(exp_logits, predicted_and_sum)
+    assert exp_logits.data_ptr() == cast.data_ptr() == softmax.data_ptr()

@@ -596,8 +596,9 @@ def logits_loss_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOpti
     backward needs). Megatron's unfused and fused kernels cast each head's BF16 logits to FP32
     (``logits.float()``), turn that buffer into the softmax in place and save it for backward
     (tensor_parallel/cross_entropy.py ``calculate_logits_max``; fusions/fused_cross_entropy.py
-    ``save_for_backward(exp_logits, …)``): 4 B per head, plus the current head's 2 B BF16
-    logits while it is cast (and its 2 B BF16 gradient in backward). With one head that is
+    ``save_for_backward(exp_logits, …)``; torch.compile keeps those steps in place, the saved
+    softmax being the cast buffer itself: tests/test_megatron_validation.py): 4 B per head, plus
+    the current head's 2 B BF16 logits while it is cast (and its 2 B BF16 gradient in backward). With one head that is
     the 6 B every golden run shows. Transformer Engine's kernel (``cross_entropy_fusion_impl=te``,
     Bridge's perf-recipe default) saves only the BF16 logits in its source
     (transformer_engine/pytorch/cross_entropy.py ``save_for_backward(_input)``), yet the five
