@@ -541,11 +541,13 @@ def mtp_layer_activation_bytes(
     model: ModelSpec, shape: TokenShape, options: TrainingOptions, *, moe_scale: float = 1.0
 ) -> float:
     """An MTP layer: its transformer layer (the last decoder layer's kind, or a hybrid model's
-    MTP depth), the two input norms and the 2h→h projection input 2·2·T·h/sp."""
+    MTP depth) plus 5·2·T·h/sp: the inputs of the embedding and hidden-state norms (2·T·h/sp
+    each), the concatenated 2h input the eh_proj linear saves, and the depth's final norm input
+    (multi_token_prediction.py ``_concat_embeddings``, ``_postprocess``)."""
     h = model.hidden_size
     return (
         layer_activation_bytes(model, model.mtp_layer, shape, options, moe_scale=moe_scale)
-        + 3 * BF16 * shape.tokens * h / shape.sp
+        + 5 * BF16 * shape.tokens * h / shape.sp
     )
 
 
