@@ -245,7 +245,7 @@ def model_state_bytes(
         sharded = params.dense / shard_dense + params.expert / shard_expert
         vocab = params.vocab / shard_dense
     else:
-        sharded, vocab = params.total, params.vocab
+        sharded, vocab = params.total, params.vocab  # without FSDP every parameter is held whole
     weights, grads = (sharded - vocab) * w + vocab * BF16, sharded * g
     on_gpu = 1.0 - options.optimizer_offload_fraction
     master_share = master_param_bytes(options) / o
@@ -600,10 +600,10 @@ def logits_loss_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOpti
     (tensor_parallel/cross_entropy.py ``calculate_logits_max``; fusions/fused_cross_entropy.py
     ``save_for_backward(exp_logits, …)``; torch.compile keeps those steps in place, the saved
     softmax being the cast buffer itself: tests/test_megatron_validation.py): 4 B per head, plus
-    the current head's 2 B BF16 logits while it is cast (and its 2 B BF16 gradient in backward). With one head that is
-    the 6 B every golden run shows. Transformer Engine's kernel (``cross_entropy_fusion_impl=te``,
-    Bridge's perf-recipe default) saves only the BF16 logits in its source
-    (transformer_engine/pytorch/cross_entropy.py ``save_for_backward(_input)``), yet the five
+    the current head's 2 B BF16 logits while it is cast (and its 2 B BF16 gradient in backward).
+    With one head that is the 6 B every golden run shows. Transformer Engine's kernel
+    (``cross_entropy_fusion_impl=te``, Bridge's perf-recipe default) saves only the BF16 logits in
+    its source (transformer_engine/pytorch/cross_entropy.py ``save_for_backward(_input)``), yet the five
     measured Nemotron-3.5 Lightning runs that use it (three heads, memory_points.csv) peak within
     2% of where 4 B per head puts them and 2 B per head would leave them 9–14% short, so every
     kernel is modelled at 4·H + 2."""
@@ -792,22 +792,24 @@ def stage_memory(
 
     inflight = inflight_microbatch_chunks(layout, stage.rank)
     chunk_bytes: list[float] = []
-    largest_layer = 0.0
+    # The allgather dispatcher keeps gathered copies of every TP·EP rank's tokens that the
+    # per-tensor physics does not list; their size is fitted (allgather_moe_scale).
+    moe_scale = c.allgather_moe_scale if options.dispatcher == "allgather" else 1.0
     replayed = replayed_options(options)
+    # Under selective recompute a layer's backward works on what the replay rematerialises, so
+    # the largest working set is the largest layer without it: one layer per signature suffices.
+    largest_layer = 0.0
+    if replayed is not options:
+        representatives = tuple(first for first, _ in stage.layer_groups)
+        full_layers = chunk_layer_bytes(
+            model, representatives, min(stage.mtp_layers, 1), shape, replayed, moe_scale=moe_scale
+        )
+        largest_layer = max(full_layers, default=0.0)
     for chunk in stage.chunks:
-        # The allgather dispatcher keeps gathered copies of every TP·EP rank's tokens that the
-        # per-tensor physics does not list; their size is fitted (allgather_moe_scale).
-        moe_scale = c.allgather_moe_scale if options.dispatcher == "allgather" else 1.0
         per_layer = chunk_layer_bytes(
             model, chunk.decoder_layers, chunk.mtp_layers, shape, options, moe_scale=moe_scale
         )
-        if replayed is options:
-            largest_layer = max([largest_layer, *per_layer])
-        else:
-            full_layers = chunk_layer_bytes(
-                model, chunk.decoder_layers, chunk.mtp_layers, shape, replayed, moe_scale=moe_scale
-            )
-            largest_layer = max([largest_layer, *full_layers])
+        largest_layer = max([largest_layer, *per_layer])
         if options.recompute_granularity == "full":
             stored = full_recompute_bytes(per_layer, shape, h, options)
             largest_layer = max(largest_layer, sum(sorted(per_layer)[-options.recompute_num_layers :]))
