@@ -43,9 +43,14 @@ def derive_dp(num_gpus: int, *, tp: int, cp: int, pp: int) -> int:
 
 
 def resolve_pipeline_layout(model: ModelSpec, pp: int, vpp: int, given: str | None) -> str | None:
-    """The explicit layout to use: the user's, or a balanced one when layers do not split evenly."""
+    """The explicit layout to use: the user's; else the one Bridge's recipe sets for this model
+    at this PP×VPP (``ModelSpec.recipe_pipeline_layouts``: what a Bridge run of the model without
+    an explicit layout uses); else a balanced one when layers do not split evenly."""
     if given or (pp == 1 and vpp == 1):
         return given
+    recipe = model.recipe_pipeline_layouts.get(f"{pp}x{vpp}")
+    if recipe:
+        return recipe
     if layers_split_evenly(model, pp, vpp):
         return None
     layout = auto_pipeline_layout(model, pp, vpp)

@@ -51,7 +51,12 @@ def estimate(
     dispatcher: str = typer.Option("alltoall", "--dispatcher", help="alltoall | allgather | deepep | hybridep"),
     cuda_graph: str = typer.Option("none", "--cuda-graph", help="none | scopes, e.g. attn,moe_router,moe_preprocess"),
     cp_comm_type: str = typer.Option("p2p", "--cp-comm-type", help="p2p | a2a | a2a+p2p | all_gather"),
-    pipeline_layout: str = typer.Option(None, "--pipeline-layout", help="Megatron layout string, e.g. Et*3|t*4|…|mL"),
+    pipeline_layout: str = typer.Option(
+        None,
+        "--pipeline-layout",
+        help="Megatron layout string, e.g. Et*3|t*4|…|mL (default: the model's Bridge recipe layout "
+        "for this PP×VPP, else a balanced one)",
+    ),
     sequence_parallel: bool = typer.Option(None, "--sequence-parallel/--no-sequence-parallel"),
     precision_aware_optimizer: bool = typer.Option(
         False, "--precision-aware-optimizer", help="BF16 main grads and Adam moments"

@@ -774,6 +774,7 @@ def stage_memory(
     *,
     first_step: bool = False,
     architecture: str = "hopper",
+    nvlink_domain: int = 8,
 ) -> StageMemory:
     """Peak of one stage: the larger of two moments.
 
@@ -866,7 +867,7 @@ def stage_memory(
 
     fraction = c.fragmentation_fraction if options.expandable_segments else c.fragmentation_fraction_no_expandable
     fragmentation = fraction * peak_allocated
-    dispatcher = dispatcher_buffer_bytes(model, layout, options)
+    dispatcher = dispatcher_buffer_bytes(model, layout, options, nvlink_domain=nvlink_domain)
     reserved = peak_allocated + fragmentation + c.cuda_context_bytes + c.nccl_buffer_bytes + dispatcher
     return StageMemory(
         stage=stage.rank,
@@ -946,15 +947,53 @@ def graphed_modules(model: ModelSpec, layer: int, scope: frozenset[str]) -> int:
     return sum(holds.get(name, moe) for name in scope)
 
 
-def dispatcher_buffer_bytes(model: ModelSpec, layout: ParallelLayout, options: TrainingOptions) -> float:
-    """DeepEP / HybridEP allocate their NVLink (and RDMA) buffers with cudaMalloc outside the
-    PyTorch allocator, so they appear in reserved (nvidia-smi) memory only: ≈1 GiB NVL buffer,
-    plus ≈1 GiB RDMA buffer when the EP group leaves the NVLink domain (DeepEP defaults;
-    facts §6.13)."""
+def dispatcher_buffer_bytes(
+    model: ModelSpec, layout: ParallelLayout, options: TrainingOptions, *, nvlink_domain: int = 8
+) -> float:
+    """DeepEP / HybridEP register their NVLink (and RDMA) buffers with cudaMalloc / cuMem outside
+    the PyTorch allocator, so they appear in reserved (nvidia-smi) memory only. DeepEP: ≈1 GiB
+    NVL buffer, plus ≈1 GiB RDMA buffer when the EP group leaves the NVLink domain (DeepEP
+    defaults; facts §6.13). HybridEP: ``hybridep_buffer_bytes``."""
     if not model.is_moe or options.dispatcher not in ("deepep", "hybridep"):
         return 0.0
-    gib = 1024.0**3
-    return gib * (2.0 if layout.ep * layout.etp > 8 and options.dispatcher == "deepep" else 1.0)
+    if options.dispatcher == "hybridep":
+        return hybridep_buffer_bytes(model, layout, options, nvlink_domain=nvlink_domain)
+    return 1024.0**3 * (2.0 if layout.ep * layout.etp > 8 else 1.0)
+
+
+def hybridep_buffer_bytes(
+    model: ModelSpec, layout: ParallelLayout, options: TrainingOptions, *, nvlink_domain: int = 8
+) -> float:
+    """HybridEP's buffers, sized once for the worst case of every token of the EP group landing on
+    one rank (DeepEP hybrid-ep ``HybridEPBuffer::allocate_buffer``; csrc/hybrid_ep/hybrid_ep.cu,
+    buffer/intranode.cu ``allocate_dispatch_buffers`` / ``allocate_combine_buffers``).
+
+    Tᵣ = tokens one rank dispatches (Megatron passes the first input's row count, T/sp:
+    fused_a2a.py ``init_hybrid_ep_buffer``); the group of g = ep·etp ranks spans R = min(D, g)
+    ranks per NVLink domain of D GPUs and N = g/R domains (deep_ep/hybrid_ep_buffer.py reads D
+    from ``NVLINK_DOMAIN_SIZE``, which Bridge sets to the system's domain: 8 on HGX, 72 on
+    NVL72); Eᵣ local experts; d the dispatched width. M = Tᵣ·R·N tokens:
+
+        M·(2·d + 4·R·Eᵣ + 4·d/128)     BF16 tokens (Megatron never dispatches FP8,
+                                        fused_a2a.py), FP32 probabilities, FP32 scales
+
+    shared by dispatch and combine inside one domain; across domains dispatch keeps its own
+    token and probability buffers, and three RDMA staging buffers of Tᵣ·(N − 1) tokens are
+    added. Example: DeepSeek-V3 at 4K tokens per rank, EP64 on NVL72: M = 4096·64 = 262 144,
+    262 144·(2·7168 + 4·256 + 224) B = 3.8 GiB; Qwen3-30B-A3B at MBS 4, EP8: 0.6 GiB."""
+    shape = token_shape(layout, options)
+    group = layout.ep * layout.etp
+    ranks = min(nvlink_domain, group)
+    domains = max(group // ranks, 1)
+    local_experts = (model.num_moe_experts or 0) / layout.ep
+    width = model.expert_width
+    tokens = shape.tokens / shape.sp
+    per_token = BF16 * width + FP32 * ranks * local_experts
+    worst = tokens * ranks * domains
+    buffers = worst * (per_token + FP32 * width / 128)
+    if domains > 1:
+        buffers += worst * per_token + 3 * tokens * (domains - 1) * per_token
+    return buffers
 
 
 def attention_kernel(options: TrainingOptions, architecture: str) -> str:
@@ -988,13 +1027,23 @@ def estimate_memory(
     ``stages`` may be passed when the caller already has them (the planner does)."""
     coeffs = coefficients or shipped_coefficients()
     architecture = hardware.architecture if hardware else "hopper"
+    nvlink_domain = hardware.nvlink_domain_size if hardware else 8
     # Only the unfused kernel stores differently (flash and fused keep the same tensors), so the
     # options are rebuilt only then: the planner's cached per-layer terms keep their keys.
     if options.attention_backend != "unfused" and attention_kernel(options, architecture) == "unfused":
         options = replace(options, attention_backend="unfused")
     stage_list = stages if stages is not None else pipeline_stages(model, layout)
     stages_memory = tuple(
-        stage_memory(model, layout, options, stage, coeffs, first_step=first_step, architecture=architecture)
+        stage_memory(
+            model,
+            layout,
+            options,
+            stage,
+            coeffs,
+            first_step=first_step,
+            architecture=architecture,
+            nvlink_domain=nvlink_domain,
+        )
         for stage in stage_list
     )
     capacity = hardware.hbm_bytes if hardware else float("inf")

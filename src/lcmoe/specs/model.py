@@ -175,6 +175,10 @@ class ModelSpec(BaseModel):
     vocab_size: int = Field(gt=0, le=100_000_000)
     make_vocab_size_divisible_by: int = Field(default=128, gt=0)
     untie_embeddings_and_output_weights: bool = True
+    recipe_pipeline_layouts: dict[str, str] = Field(
+        default_factory=dict,
+        description="'PPxVPP' -> the pipeline_model_parallel_layout Bridge's recipe sets for that split",
+    )
 
     # Hybrid Mamba models (Nemotron-H / Nemotron-3): one symbol per layer, see the module doc.
     hybrid_layer_pattern: str | None = Field(default=None, min_length=1, max_length=1_000_000)
@@ -221,6 +225,9 @@ class ModelSpec(BaseModel):
             self._check_hybrid()
         if self.window_size is not None and (self.window_size[0] < 0 or self.window_size[1] < 0):
             raise ValueError(f"window_size = {self.window_size} must be two non-negative numbers")
+        for key in self.recipe_pipeline_layouts:
+            if not re.fullmatch(r"[1-9][0-9]*x[1-9][0-9]*", key):
+                raise ValueError(f"recipe_pipeline_layouts key {key!r} must be PPxVPP, e.g. 4x4")
         for field in ("moe_layer_freq", "window_attn_skip_freq", "linear_attention_freq"):
             pattern = getattr(self, field)
             if isinstance(pattern, list):
