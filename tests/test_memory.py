@@ -334,22 +334,23 @@ def test_hybridep_buffers_are_sized_for_every_token_of_the_domain() -> None:
     """HybridEP registers M = Tᵣ·R·N token slots outside PyTorch: BF16 tokens, FP32 probabilities
     over the domain's experts and FP32 scales, shared by dispatch and combine inside one NVLink
     domain; across domains dispatch gets its own pair plus three RDMA staging buffers."""
-    from lcmoe.estimate.memory import dispatcher_buffer_bytes, hybridep_buffer_bytes
+    from lcmoe.estimate.memory import dispatcher_buffer_bytes, hybridep_buffer_bytes, token_shape
 
     hybridep = TrainingOptions(seq_len=4096, dispatcher="hybridep")
     dsv3 = load_model("deepseek-v3")
     ep64 = ParallelLayout(tp=1, cp=1, ep=64, etp=1, pp=4, vpp=1, dp=64, mbs=1, gbs=256)
     # M = 4096·64; 2·7168 + 4·(64 ranks · 4 local experts) + 4·7168/128 = 15 584 B per slot
-    assert hybridep_buffer_bytes(dsv3, ep64, hybridep, nvlink_domain=72) == 4096 * 64 * 15584
+    assert hybridep_buffer_bytes(dsv3, token_shape(ep64, hybridep), nvlink_domain=72) == 4096 * 64 * 15584
     qwen = load_model("qwen3-30b-a3b")
     ep16 = ParallelLayout(tp=1, cp=1, ep=16, etp=1, pp=1, vpp=1, dp=16, mbs=1, gbs=16)
     per_slot = 2 * 2048 + 4 * 8 * 8  # two HGX domains of 8 ranks, 8 local experts each
     expected = 65536 * (per_slot + 4 * 2048 / 128) + 65536 * per_slot + 3 * 4096 * per_slot
-    assert hybridep_buffer_bytes(qwen, ep16, hybridep, nvlink_domain=8) == expected
-    assert dispatcher_buffer_bytes(qwen, ep16, hybridep, nvlink_domain=8) == expected
+    shape = token_shape(ep16, hybridep)
+    assert hybridep_buffer_bytes(qwen, shape, nvlink_domain=8) == expected
+    assert dispatcher_buffer_bytes(qwen, shape, hybridep, nvlink_domain=8) == expected
     deepep = TrainingOptions(seq_len=4096, dispatcher="deepep")
-    assert dispatcher_buffer_bytes(qwen, ep16, deepep) == 2 * 1024**3
-    assert dispatcher_buffer_bytes(load_model("llama3-8b"), ep16, hybridep) == 0.0
+    assert dispatcher_buffer_bytes(qwen, shape, deepep) == 2 * 1024**3
+    assert dispatcher_buffer_bytes(load_model("llama3-8b"), shape, hybridep) == 0.0
 
 
 def test_memory_points_verdicts(reference: Path) -> None:

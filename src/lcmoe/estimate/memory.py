@@ -867,7 +867,7 @@ def stage_memory(
 
     fraction = c.fragmentation_fraction if options.expandable_segments else c.fragmentation_fraction_no_expandable
     fragmentation = fraction * peak_allocated
-    dispatcher = dispatcher_buffer_bytes(model, layout, options, nvlink_domain=nvlink_domain)
+    dispatcher = dispatcher_buffer_bytes(model, shape, options, nvlink_domain=nvlink_domain)
     reserved = peak_allocated + fragmentation + c.cuda_context_bytes + c.nccl_buffer_bytes + dispatcher
     return StageMemory(
         stage=stage.rank,
@@ -948,7 +948,7 @@ def graphed_modules(model: ModelSpec, layer: int, scope: frozenset[str]) -> int:
 
 
 def dispatcher_buffer_bytes(
-    model: ModelSpec, layout: ParallelLayout, options: TrainingOptions, *, nvlink_domain: int = 8
+    model: ModelSpec, shape: TokenShape, options: TrainingOptions, *, nvlink_domain: int = 8
 ) -> float:
     """DeepEP / HybridEP register their NVLink (and RDMA) buffers with cudaMalloc / cuMem outside
     the PyTorch allocator, so they appear in reserved (nvidia-smi) memory only. DeepEP: ≈1 GiB
@@ -957,13 +957,11 @@ def dispatcher_buffer_bytes(
     if not model.is_moe or options.dispatcher not in ("deepep", "hybridep"):
         return 0.0
     if options.dispatcher == "hybridep":
-        return hybridep_buffer_bytes(model, layout, options, nvlink_domain=nvlink_domain)
-    return 1024.0**3 * (2.0 if layout.ep * layout.etp > 8 else 1.0)
+        return hybridep_buffer_bytes(model, shape, nvlink_domain=nvlink_domain)
+    return 1024.0**3 * (2.0 if shape.ep * shape.etp > 8 else 1.0)
 
 
-def hybridep_buffer_bytes(
-    model: ModelSpec, layout: ParallelLayout, options: TrainingOptions, *, nvlink_domain: int = 8
-) -> float:
+def hybridep_buffer_bytes(model: ModelSpec, shape: TokenShape, *, nvlink_domain: int = 8) -> float:
     """HybridEP's buffers, sized once for the worst case of every token of the EP group landing on
     one rank (DeepEP hybrid-ep ``HybridEPBuffer::allocate_buffer``; csrc/hybrid_ep/hybrid_ep.cu,
     buffer/intranode.cu ``allocate_dispatch_buffers`` / ``allocate_combine_buffers``).
@@ -981,11 +979,10 @@ def hybridep_buffer_bytes(
     token and probability buffers, and three RDMA staging buffers of Tᵣ·(N − 1) tokens are
     added. Example: DeepSeek-V3 at 4K tokens per rank, EP64 on NVL72: M = 4096·64 = 262 144,
     262 144·(2·7168 + 4·256 + 224) B = 3.8 GiB; Qwen3-30B-A3B at MBS 4, EP8: 0.6 GiB."""
-    shape = token_shape(layout, options)
-    group = layout.ep * layout.etp
+    group = shape.ep * shape.etp
     ranks = min(nvlink_domain, group)
     domains = max(group // ranks, 1)
-    local_experts = (model.num_moe_experts or 0) / layout.ep
+    local_experts = (model.num_moe_experts or 0) / shape.ep
     width = model.expert_width
     tokens = shape.tokens / shape.sp
     per_token = BF16 * width + FP32 * ranks * local_experts
