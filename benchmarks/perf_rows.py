@@ -122,7 +122,16 @@ def _recipe_for(row: dict[str, str], recipes: dict[tuple[str, ...], dict[str, st
     return base if base is not None and base.get("token_drop") == "False" else None
 
 
-def perf_cases(summary_path: str, recipes_path: str) -> tuple[list[PerfCase], list[dict[str, str]]]:
+# Bridge's LoRA perf recipes put adapters on linear_qkv only (scripts/performance/configs/llama/
+# llama3_llm_finetune.py ``cfg.peft.target_modules = ["linear_qkv"]``; perf_recipes/llama/*/llama3.py).
+LORA_PERF_TARGETS = frozenset({"linear_qkv"})
+
+
+def perf_cases(
+    summary_path: str, recipes_path: str, *, tasks: tuple[str, ...] = ("pretrain",)
+) -> tuple[list[PerfCase], list[dict[str, str]]]:
+    """The published runs of ``tasks`` (pretrain; sft, a full finetune on packed sequences; lora)
+    that lcmoe can rebuild from their traced recipes."""
     recipes = {tuple(r[k] for k in JOIN_KEY): r for r in read_rows(recipes_path)}
     cases, skipped = [], []
     for row in read_rows(summary_path):
@@ -133,8 +142,8 @@ def perf_cases(summary_path: str, recipes_path: str) -> tuple[list[PerfCase], li
         reason = None
         if spec is None:
             reason = "model not in catalog"
-        elif row.get("status") != "current" or row.get("task") != "pretrain":
-            reason = "not a current pretraining row"
+        elif row.get("status") != "current" or row.get("task") not in tasks:
+            reason = f"not a current {'/'.join(tasks)} row"
         elif not tflops:
             reason = "no TFLOP/s published"
         elif recipe is None:
@@ -196,6 +205,7 @@ def _run_for(row: dict[str, str], recipe: dict[str, str], spec: object) -> RunCo
         # DDP gradient buffer is BF16.
         main_grads_dtype="bf16",
         exp_avg_dtype="bf16" if recipe.get("use_precision_aware_optimizer") == "True" else "fp32",
+        **({"peft": "lora", "lora_targets": LORA_PERF_TARGETS} if row.get("task") == "lora" else {}),
     )
     check_pipeline_layout(spec, layout)
     return RunConfig(spec, hardware, layout, options)

@@ -19,8 +19,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from benchmarks.perf_rows import LORA_PERF_TARGETS, version_key
 from benchmarks.perf_rows import graph_scopes as recipe_graph_scopes
-from benchmarks.perf_rows import version_key
 from benchmarks.published import REFERENCE, read_rows
 from lcmoe.catalog import load_hardware, load_model
 from lcmoe.errors import LcmoeError
@@ -209,10 +209,10 @@ def point_config(
     task = row.get("task", "").lower()
     if any(word in task for word in NOT_TRAINING):
         return "not a training run"
+    lora: dict[str, Any] = {}
     if "lora" in task or "peft" in task:
-        # Frozen base weights carry no gradients or optimizer state: a full-training verdict
-        # would agree or disagree by accident.
-        return "parameter-efficient finetuning (LoRA) is not modelled"
+        # Bridge's LoRA perf recipes adapt linear_qkv only; other LoRA runs use LoRA's defaults.
+        lora = {"peft": "lora"} | ({"lora_targets": LORA_PERF_TARGETS} if "perf recipe" in task else {})
     name = LABEL_TO_CATALOG.get(_key(row.get("model", "")))
     if name is None:
         return "model not in the catalog"
@@ -300,6 +300,7 @@ def point_config(
             ),
             expandable_segments=ran_with_expandable_segments(row),
             **inherited,
+            **lora,
         )
     except LcmoeError as exc:
         return str(exc)

@@ -28,7 +28,7 @@ from benchmarks.perf_rows import (
     perf_cases,
     split_time_holdout,
 )
-from benchmarks.published import REFERENCE, write_json
+from benchmarks.published import REFERENCE, as_float, read_rows, write_json
 from lcmoe.estimate.time import TimeCoefficients, combine, shipped_time_coefficients, time_amounts
 
 
@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in sorted({c.model_name for c in held_out}):
             errs = [abs(float(r["err_pct"])) for r in held_out_rows if r["model"] == name]
             print(f"  {name}: n={len(errs)} MAPE {statistics.mean(errs):.1f}% ({TIME_HOLDOUT[name]})")
+    finetune_rows = finetune_accuracy(args.data, args.recipes, coefficients)
     print(
         f"\nrows {len(everything)} (skipped {len(skipped)}): MAPE {mape:.2f}%  MoE MAPE {mape_moe:.2f}% "
         f"(n={len(moe)})"
@@ -143,11 +144,43 @@ def main(argv: list[str] | None = None) -> int:
                 "spearman_mean": statistics.mean(rhos) if rhos else None,
                 "long_context": lc_rows,
                 "held_out": held_out_rows,
+                "finetune": finetune_rows,
                 "skipped": skipped,
                 "mode": "evaluate" if args.evaluate else "refit",
             },
         )
     return 0
+
+
+def finetune_accuracy(data: str, recipes: str, coefficients: dict[str, TimeCoefficients]) -> list[dict[str, object]]:
+    """Published full-finetuning (sft) and LoRA runs, never fitted: tokens/s/GPU against the
+    published figure. (Their TFLOP/s is not comparable: Bridge counts Llama3-70B LoRA on packed
+    SQuAD from the dataset's mean sequence length, flop_utils.py.)"""
+    cases, _ = perf_cases(data, recipes, tasks=("sft", "lora"))
+    published = {
+        f"{r['container']} {r['model']} {r['gpu']}x{r['num_gpus']} {r['precision']} {r['variant']} {r['task']}": r
+        for r in read_rows(data)
+        if r.get("status") == "current"
+    }
+    rows: list[dict[str, object]] = []
+    if cases:
+        print("\nfinetuning runs, not fitted (tokens/s/GPU):")
+    for c in cases:
+        task = "lora" if c.run.options.is_lora else "sft"
+        measured = as_float(published[f"{c.name} {task}"].get("tokens_per_sec_per_gpu"))
+        if not measured:
+            continue
+        family = coefficients[c.run.hardware.architecture]
+        speed = combine(time_amounts(c.run), family).tokens_per_sec_per_gpu
+        predicted = speed * container_factor(family, c.container)
+        err = 100 * (predicted / measured - 1)
+        rows.append({"row": c.name, "task": task, "published": measured, "predicted": predicted, "err_pct": err})
+        print(f"  {task:4s} {c.name[:62]:62s} {measured:7.0f} {predicted:7.0f} {err:+7.1f}")
+    for task in ("sft", "lora"):
+        errs = [abs(float(r["err_pct"])) for r in rows if r["task"] == task]  # type: ignore[arg-type]
+        if errs:
+            print(f"  {task}: n={len(errs)} MAPE {statistics.mean(errs):.1f}%")
+    return rows
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ SECTIONS = {
     "comm_overlap": ("megatron.bridge.training.comm_overlap", "CommOverlapConfig"),
     "rng": ("megatron.bridge.training.config", "RNGConfig"),
     "rerun_state_machine": ("megatron.bridge.training.config", "RerunStateMachineConfig"),
+    "peft": ("megatron.bridge.peft.lora", "LoRA"),  # what a PEFT recipe's cfg.peft holds under --mode lora
 }
 
 

@@ -142,6 +142,18 @@ def _model_summary(model: Any) -> dict[str, Any]:
     return {k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v)) for k, v in out.items()}
 
 
+def _peft_summary(peft: Any) -> dict[str, Any] | None:
+    """What the run's cfg.peft trains: None for full training."""
+    if peft is None:
+        return None
+    return {
+        "class": type(peft).__name__,
+        "dim": peft.dim,
+        "target_modules": sorted(peft.target_modules),
+        "sequence_parallel_input_regather": bool(getattr(peft, "sequence_parallel_input_regather", False)),
+    }
+
+
 def check_case(case: dict[str, Any]) -> dict[str, Any]:
     import megatron.bridge.recipes as recipes
     from megatron.bridge.training.config import runtime_config_update
@@ -150,7 +162,9 @@ def check_case(case: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {"name": case["name"], "ok": False}
     stage = "recipe"
     try:
-        cfg = getattr(recipes, case["recipe"])()
+        # run_recipe.py --mode lora builds the recipe with peft_scheme="lora" (load_recipe).
+        recipe_fn = getattr(recipes, case["recipe"])
+        cfg = recipe_fn(peft_scheme="lora") if case["recipe"].endswith("_peft_config") else recipe_fn()
         result["recipe_has_comm_overlap"] = cfg.comm_overlap is not None
         stage = "overrides"
         cfg = process_config_with_overrides(
@@ -167,6 +181,7 @@ def check_case(case: dict[str, Any]) -> dict[str, Any]:
             global_batch_size=cfg.train.global_batch_size,
             micro_batch_size=cfg.train.micro_batch_size,
             model=_model_summary(cfg.model),
+            peft=_peft_summary(cfg.peft),
         )
     except Exception as exc:  # the verdict is the point: report it, do not crash the batch
         error = f"{type(exc).__name__}: {exc}"[:2000]

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not bf.available(), reason="megatron-bridge/core
 
 def _feature_runs() -> list[RunConfig]:
     """One run per emitter branch: selective/full recompute, TE and full-iteration graphs, offload,
-    each dispatcher, a2a CP, explicit layout and plain VPP, BF16 and FP8."""
+    each dispatcher, a2a CP, explicit layout and plain VPP, BF16 and FP8, LoRA."""
     base = make_run()
     return [
         base,
@@ -36,6 +36,7 @@ def _feature_runs() -> list[RunConfig]:
             make_run("qwen3-235b-a22b", "gb200", tp=4, cp=4, ep=32, pp=4, vpp=12, gpus=128), cp_comm_type="a2a"
         ),
         make_run("llama3-70b", cp=4, ep=1, pp=8, vpp=5, gpus=256, dispatcher="alltoall"),
+        make_run("qwen3-30b-a3b", tp=2, cp=1, ep=8, pp=1, vpp=1, gpus=16, peft="lora", lora_input_regather=True),
     ]
 
 

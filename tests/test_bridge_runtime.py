@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from lcmoe.catalog import load_hardware, load_model
-from lcmoe.config_io.bridge import RECIPES, RECIPES_WITHOUT_COMM_OVERLAP
+from lcmoe.config_io.bridge import recipe_for, recipe_has_comm_overlap
 from lcmoe.emit.bridge import overrides_text, yaml_config
 from lcmoe.plan.search import PlanRequest, search
 from lcmoe.rules.legality import violations
@@ -51,15 +51,50 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+# What a LoRA launcher adds at run time (launchers.CHECKPOINT_VARIABLE): the base checkpoint.
+# (Bridge checks that the path exists: the test points it at an empty folder.)
+BASE_CHECKPOINT = "checkpoint.pretrained_checkpoint={}"
+
+
 def _case(name: str, run: RunConfig, tmp: Path, *, as_yaml: bool = False) -> dict[str, Any]:
-    case: dict[str, Any] = {"name": name, "recipe": RECIPES[run.model.name], "world_size": run.layout.world_size}
+    case: dict[str, Any] = {
+        "name": name,
+        "recipe": recipe_for(run.model, run.options),
+        "world_size": run.layout.world_size,
+    }
     if as_yaml:
         path = tmp / f"{len(list(tmp.iterdir()))}.yaml"
         path.write_text(yaml_config(run))
         case["yaml"] = str(path)
     else:
         case["overrides"] = overrides_text(run).split()
+    if run.options.is_lora:
+        base = tmp / "base-checkpoint"
+        base.mkdir(exist_ok=True)
+        case["overrides"] = [*case.get("overrides", []), BASE_CHECKPOINT.format(base)]
     return case
+
+
+def _lora_runs() -> list[tuple[str, RunConfig]]:
+    """LoRA through Bridge's PEFT recipes: a planned Qwen3-30B run (every default target, SP input
+    re-gather) and the Llama3-70B perf layout (qkv adapters, rank 16)."""
+    request = PlanRequest(
+        model=load_model("qwen3-30b-a3b"),
+        hardware=load_hardware("h100"),
+        num_gpus=16,
+        seq_len=32768,
+        top_k=1,
+        peft="lora",
+        lora_input_regather=True,
+    )
+    qwen = search(request).plans[0].run
+    llama = with_options(
+        make_run("llama3-70b", "gb200", seq_len=4096, cp=1, ep=1, pp=2, vpp=20, gpus=8, gbs=32),
+        peft="lora",
+        lora_rank=16,
+        lora_targets=frozenset({"linear_qkv"}),
+    )
+    return [("lora/qwen3-30b-a3b", qwen), ("lora/llama3-70b", llama)]
 
 
 def _plans() -> list[tuple[str, RunConfig]]:
@@ -106,7 +141,7 @@ class Verdicts:
 def bridge(tmp_path_factory: pytest.TempPathFactory) -> Verdicts:
     """One Bridge process for every case: its import chain alone takes ~10 s."""
     tmp = tmp_path_factory.mktemp("bridge")
-    runs = dict([*_plans(), *[(f"feature{i}", r) for i, r in enumerate(_feature_runs())]])
+    runs = dict([*_plans(), *[(f"feature{i}", r) for i, r in enumerate(_feature_runs())], *_lora_runs()])
     cases = []
     for name, run in runs.items():
         cases += [_case(name, run, tmp), _case(name + "/yaml", run, tmp, as_yaml=True)]
@@ -172,11 +207,30 @@ def test_bridge_derives_lcmoe_layout_and_model(bridge: Verdicts) -> None:
                 assert got["model"][field] == want, f"{key}: {field} = {got['model'][field]}, lcmoe {want}"
 
 
+def test_bridge_trains_the_adapters_lcmoe_planned(bridge: Verdicts) -> None:
+    """A LoRA plan starts Bridge's PEFT recipe with lcmoe's rank, targets and input re-gather;
+    every other plan trains the whole model."""
+    for name, run in bridge.runs.items():
+        for key in (name, name + "/yaml"):
+            got = bridge.results[key]["peft"]
+            if not run.options.is_lora:
+                assert got is None, key
+                continue
+            want = run.options.peft_summary()
+            assert want is not None
+            assert got == {
+                "class": "LoRA",
+                "dim": want["rank"],
+                "target_modules": want["targets"],
+                "sequence_parallel_input_regather": want["input_regather"],
+            }, key
+
+
 def test_recipe_comm_overlap_table_matches_bridge(bridge: Verdicts) -> None:
     """lcmoe writes EP overlap to ``comm_overlap.*`` only for recipes that have that config."""
     for name, run in bridge.runs.items():
-        recipe = RECIPES[run.model.name]
-        assert bridge.results[name]["recipe_has_comm_overlap"] == (recipe not in RECIPES_WITHOUT_COMM_OVERLAP), recipe
+        recipe = recipe_for(run.model, run.options)
+        assert bridge.results[name]["recipe_has_comm_overlap"] == recipe_has_comm_overlap(recipe), recipe
 
 
 def test_bridge_and_lcmoe_refuse_the_same_layouts(bridge: Verdicts) -> None:

@@ -22,7 +22,7 @@ from lcmoe.estimate.memory import (
     weight_bytes_per_param,
 )
 from lcmoe.layout import ParallelLayout, pipeline_stages
-from lcmoe.workload import TrainingOptions
+from lcmoe.workload import LORA_TARGETS, TrainingOptions
 from tests.helpers import make_run, with_layout, with_options
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -239,13 +239,17 @@ def test_golden_accuracy_thresholds(reference: Path) -> None:
 
 
 def test_published_runs_predicted_to_fit(reference: Path) -> None:
-    """Every published Bridge run fits in reality. lcmoe predicts so for every run whose recipe
-    has the published layout; the three partial matches whose published layout differs from
-    the recipe (Llama3-70B on GB300 at PP1 or without VPP, on GB200 at MBS 2) cannot fit as
-    published (TP1·PP1 alone needs 262 GiB of BF16 weights and gradients)."""
+    """Every published Bridge run (pretraining, full finetuning and LoRA) fits in reality. lcmoe
+    predicts so for every run whose recipe has the published layout; the three partial matches
+    whose published layout differs from the recipe (Llama3-70B on GB300 at PP1 or without VPP,
+    on GB200 at MBS 2) cannot fit as published (TP1·PP1 alone needs 262 GiB of BF16 weights and
+    gradients)."""
     from benchmarks.perf_rows import long_context_cases, perf_cases
 
-    cases, _ = perf_cases(str(reference / "perf_summary.csv"), str(reference / "perf_recipes.csv"))
+    cases, _ = perf_cases(
+        str(reference / "perf_summary.csv"), str(reference / "perf_recipes.csv"), tasks=("pretrain", "sft", "lora")
+    )
+    assert {c.run.options.peft for c in cases} == {"none", "lora"}
     long_context, _ = long_context_cases(str(reference / "long_context.csv"))
 
     def within_capacity(case, over: float) -> bool:  # type: ignore[no-untyped-def]
@@ -354,11 +358,12 @@ def test_hybridep_buffers_are_sized_for_every_token_of_the_domain() -> None:
 
 
 def test_memory_points_verdicts(reference: Path) -> None:
-    """memory_points.csv: lcmoe's fit/OOM verdict agrees with every modelled row except the seven
+    """memory_points.csv: lcmoe's fit/OOM verdict agrees with every modelled row except the eight
     the closing notes explain: four Qwen3-30B B200 full-iteration OOMs from one commit message
     that the GB200 run of the same recipe contradicts within 3% of capacity, the Qwen3-Next
     NCCL 2.29.7 fragmentation OOM (an environment effect), the DeepSeek-V3 GB200 BF16 OOM
-    (predicted 3% under capacity) and a Nemotron-3 Nano H100 OOM predicted 0.1% under it.
+    (predicted 3% under capacity), a Nemotron-3 Nano H100 OOM predicted 0.1% under it and the
+    Llama3-70B LoRA FP8 OOM at TP1·PP1 on GB300 (predicted 3% under capacity).
     Measured allocated peaks are predicted within 15% and reserved peaks within 25%; a figure
     that is only a lower bound on the peak (an OOM run's last report, the memory allocated after
     a step) must not be under-predicted by more than that."""
@@ -366,7 +371,7 @@ def test_memory_points_verdicts(reference: Path) -> None:
 
     points = evaluate_points(str(reference / "memory_points.csv"), verbose=False)
     misses = sorted(r["row"].split(" ")[0] for r in points["results"] if not r["agree"])
-    assert misses == sorted(["DeepSeekV3", "Nemotron", "Qwen3_Next_80B_a3B"] + ["Qwen3-30B-A3B"] * 4)
+    assert misses == sorted(["DeepSeekV3", "LLAMA3_70B", "Nemotron", "Qwen3_Next_80B_a3B"] + ["Qwen3-30B-A3B"] * 4)
     # Reserved adds fragmentation, which varies more: Nemotron-3 Super's PP2 run (40 microbatches
     # in flight) reserves 21% over its allocated peak, expandable segments and all.
     for r in points["results"]:
@@ -431,10 +436,8 @@ def test_rows_take_what_they_leave_empty_from_their_recipe(reference: Path) -> N
     assert model.name == "nemotron-3.5-lightning-30b-a3b"
     assert (layout.ep, layout.mbs, layout.gbs, options.seq_len) == (8, 3, 384, 8192)
     assert options.megatron_fsdp and options.precision == "mxfp8"
-    assert (
-        point_config({**lightning, "task": "peft (LoRA)"}, [])
-        == "parameter-efficient finetuning (LoRA) is not modelled"
-    )
+    lora = point_config({**lightning, "task": "peft (LoRA)"}, [])
+    assert not isinstance(lora, str) and lora[3].is_lora and lora[3].lora_targets == LORA_TARGETS
     assert point_config({**lightning, "task": "inference"}, []) == "not a training run"
 
 

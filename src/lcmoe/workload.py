@@ -14,6 +14,7 @@ from lcmoe.errors import LcmoeError
 
 RecomputeGranularity = Literal["none", "selective", "full"]
 RecomputeMethod = Literal["uniform", "block"]
+Peft = Literal["none", "lora"]
 Precision = Literal["bf16", "fp16", "fp8-tensorwise", "fp8-delayed", "fp8-blockwise", "mxfp8", "nvfp4"]
 PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8-tensorwise", "fp8-delayed", "fp8-blockwise", "mxfp8", "nvfp4")
 
@@ -26,6 +27,10 @@ CUDA_GRAPH_SCOPES = frozenset({"attn", "mlp", "moe", "moe_router", "moe_preproce
 # (subchannel) recipe keeps BF16 ones (megatron/bridge/training/mixed_precision.py:231, 264,
 # 302, 416 vs 384).
 QUANTIZED_PARAM_PRECISIONS = frozenset({"fp8-tensorwise", "fp8-delayed", "mxfp8", "nvfp4"})
+# LoRA targets lcmoe models: Bridge's default ``LoRA.target_modules`` (peft/lora.py), matched by
+# module name (an MLA layer has no linear_qkv; Mamba and Gated DeltaNet projections are
+# in_proj/out_proj and stay frozen without adapters).
+LORA_TARGETS = frozenset({"linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"})
 
 
 def tensor_core_precision(precision: str) -> str:
@@ -82,6 +87,13 @@ class TrainingOptions:
     # Graphs and allocator.
     cuda_graph_scope: frozenset[str] = field(default_factory=frozenset)
     expandable_segments: bool = True
+    # Parameter-efficient finetuning (Bridge ``cfg.peft = LoRA(...)``): the base model is frozen
+    # and rank-``lora_rank`` adapters train on ``lora_targets``; ``lora_input_regather`` is
+    # ``LoRA.sequence_parallel_input_regather``.
+    peft: Peft = "none"
+    lora_rank: int = 32
+    lora_targets: frozenset[str] = LORA_TARGETS
+    lora_input_regather: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or not 1 <= self.seq_len <= 2**40:
@@ -131,6 +143,22 @@ class TrainingOptions:
             )
         if self.recompute_num_layers < 1:
             raise LcmoeError("recompute_num_layers", self.recompute_num_layers, "must be ≥ 1", "e.g. 1")
+        if self.peft not in ("none", "lora"):
+            raise LcmoeError("peft", self.peft, "must be none or lora", "e.g. --peft lora")
+        if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 1:
+            raise LcmoeError("lora_rank", self.lora_rank, "must be a whole number ≥ 1", "Bridge's default is 32")
+        unknown_targets = set(self.lora_targets) - LORA_TARGETS
+        if unknown_targets or not self.lora_targets:
+            raise LcmoeError(
+                "lora_targets",
+                ",".join(sorted(unknown_targets)) or "(none)",
+                "must name one or more LoRA targets lcmoe models",
+                f"use {', '.join(sorted(LORA_TARGETS))}",
+            )
+
+    @property
+    def is_lora(self) -> bool:
+        return self.peft == "lora"
 
     @property
     def is_fp8(self) -> bool:
@@ -141,6 +169,12 @@ class TrainingOptions:
         """Whether the parameters themselves are FP8 / NVFP4 tensors (``fp8_param_gather``, or the
         Bridge recipe's default for this precision when unset)."""
         if not self.is_fp8:
+            return False
+        if self.fp8_param_gather is None and self.is_lora:
+            # A LoRA base stays in BF16 with TE's quantized copies beside it: the two documented
+            # LoRA OOMs of Bridge's Llama3-70B perf recipes (memory_points.csv: FP8 current
+            # scaling at TP1·PP1 on GB300, MXFP8 at PP2 on GB200) need the BF16 weights, while
+            # FP8 primary weights would leave them at about half to two thirds of capacity.
             return False
         if self.fp8_param_gather is None:
             return self.precision in QUANTIZED_PARAM_PRECISIONS
@@ -155,6 +189,17 @@ class TrainingOptions:
     @property
     def tensor_core_precision(self) -> str:
         return tensor_core_precision(self.precision)
+
+    def peft_summary(self) -> dict[str, object] | None:
+        """The fine-tuning scheme as the JSON outputs spell it (None: every parameter trains)."""
+        if not self.is_lora:
+            return None
+        return {
+            "scheme": self.peft,
+            "rank": self.lora_rank,
+            "targets": sorted(self.lora_targets),
+            "input_regather": self.lora_input_regather,
+        }
 
     def recomputes(self, module: str) -> bool:
         return self.recompute_granularity == "selective" and module in self.recompute_modules

@@ -70,6 +70,10 @@ def estimate(
         "--fp8-params/--no-fp8-params",
         help="FP8/NVFP4 parameters (fp8/fp4_param_gather); default: what Bridge's precision recipe keeps",
     ),
+    peft: str = ro.PEFT,
+    lora_rank: int = ro.LORA_RANK,
+    lora_targets: str = ro.LORA_TARGETS,
+    lora_input_regather: bool = ro.LORA_REGATHER,
     hardware_file: Path = ro.HW_FILE,
     hw: list[str] = ro.HW_SET,
     scaleout_gbps: float = ro.SCALEOUT,
@@ -110,6 +114,7 @@ def estimate(
         hw=hw,
         scaleout_gbps=scaleout_gbps,
         gpus_per_node=gpus_per_node,
+        peft=ro.peft_options(peft, lora_rank, lora_targets, lora_input_regather),
     )
     from lcmoe.rules.legality import violations
 
@@ -144,6 +149,11 @@ def render_estimate(result: dict[str, Any], *, quiet: bool = False) -> None:
         f"TP{layout['tp']} CP{layout['cp']} EP{layout['ep']} ETP{layout['etp']} PP{layout['pp']} "
         f"VPP{layout['vpp']} DP{layout['dp']} EDP{layout['edp']} MBS{layout['mbs']} GBS{layout['gbs']} "
         f"(GA {layout['ga']}), {inputs['precision']}, recompute {inputs['recompute']}"
+        + (
+            f", LoRA r{peft['rank']} on {','.join(peft['targets'])} (frozen base)"
+            if (peft := inputs.get("peft"))
+            else ""
+        )
     )
     table = Table(title="per-GPU memory by pipeline stage (GiB; worst GPU of each stage)")
     table.add_column("component")

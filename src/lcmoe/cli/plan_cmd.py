@@ -64,6 +64,7 @@ def _request(
     scaleout_gbps: float | None,
     gpus_per_node: int | None,
     calibration: Path | None = None,
+    peft: dict[str, Any] | None = None,
 ) -> Any:
     from lcmoe.errors import LcmoeError
     from lcmoe.plan.search import PlanRequest
@@ -102,6 +103,7 @@ def _request(
         allow_offload=not no_offload,
         allow_cuda_graphs=not no_cuda_graphs,
         time_coefficients=ro.time_coefficients(calibration, hardware),
+        **(peft or {}),
     )
 
 
@@ -134,6 +136,10 @@ def plan(
     scaleout_gbps: float = ro.SCALEOUT,
     gpus_per_node: int = ro.PER_NODE,
     calibration: Path = ro.CALIBRATION,
+    peft: str = ro.PEFT,
+    lora_rank: int = ro.LORA_RANK,
+    lora_targets: str = ro.LORA_TARGETS,
+    lora_input_regather: bool = ro.LORA_REGATHER,
     json_output: bool = JSON,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="best plan line only"),
 ) -> None:
@@ -156,18 +162,19 @@ def plan(
         scaleout_gbps,
         gpus_per_node,
         calibration,
+        ro.peft_options(peft, lora_rank, lora_targets, lora_input_regather),
     )
     result = _search_or_min_gpus(request, quiet or json_output)
     payload = plan_payload(request, result)
     if emit is not None and result.plans:
-        from lcmoe.config_io.bridge import RECIPES
+        from lcmoe.config_io.bridge import recipe_for
         from lcmoe.emit.launchers import DEFAULT_CONTAINER, LaunchSettings
         from lcmoe.emit.writer import write_plan_directory
 
         best = result.plans[0].run
         settings = LaunchSettings(
             job_name=job_name or f"lcmoe-{best.model.name}",
-            recipe=RECIPES.get(best.model.name, "your_recipe_config"),
+            recipe=recipe_for(best.model, best.options),
             mounts=tuple(mounts),
             account=account,
             partition=partition,
@@ -269,7 +276,8 @@ def _print_quiet(payload: dict[str, Any]) -> None:
         stdout.print(
             f"{layout_text(best['layout'])} {best['precision']} recompute={recompute_text(best)} "
             f"{best['dispatcher']} offload={best['optimizer_offload_fraction']:g} "
-            f"tokens/s/GPU={best['time']['tokens_per_sec_per_gpu']:.0f}"
+            + (f"lora=r{best['peft']['rank']} " if best.get("peft") else "")
+            + f"tokens/s/GPU={best['time']['tokens_per_sec_per_gpu']:.0f}"
         )
     else:
         stdout.print(f"no plan fits; at least {payload.get('min_gpus_needed') or '?'} GPUs needed")
@@ -282,6 +290,9 @@ def render_plans(payload: dict[str, Any]) -> None:
         f"tokens: searched {payload['searched']} candidates, {payload['legal']} legal, "
         f"{payload['fit']} fit (margin {100 * inputs['memory_margin']:.0f}%)"
     )
+    peft = inputs.get("peft")
+    if peft:
+        stdout.print(f"LoRA finetuning: frozen base, rank {peft['rank']} adapters on {', '.join(peft['targets'])}")
     if not payload["plans"]:
         need = payload.get("min_gpus_needed")
         stdout.print(

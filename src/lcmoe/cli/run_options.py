@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -23,6 +23,26 @@ HW_SET = typer.Option([], "--hw", help="override a hardware field, FIELD=VALUE (
 SCALEOUT = typer.Option(None, "--scaleout-gbps", help="scale-out NIC Gb/s per GPU")
 PER_NODE = typer.Option(None, "--gpus-per-node", help="GPUs per node")
 CALIBRATION = typer.Option(None, "--calibration", help="cluster.yaml from `lcmoe calibrate` (your measured speed)")
+PEFT = typer.Option("none", "--peft", help="none | lora (frozen base; rank-r adapters train, Bridge cfg.peft=LoRA)")
+LORA_RANK = typer.Option(32, "--lora-rank", min=1, help="LoRA dim (Bridge's default 32)")
+LORA_TARGETS = typer.Option(
+    "linear_qkv,linear_proj,linear_fc1,linear_fc2", "--lora-targets", help="comma list of LoRA target modules"
+)
+LORA_REGATHER = typer.Option(
+    False, "--lora-input-regather", help="LoRA.sequence_parallel_input_regather: keep LoRA-A inputs sequence-local"
+)
+
+
+def peft_options(peft: str, lora_rank: int, lora_targets: str, lora_input_regather: bool) -> dict[str, Any]:
+    """The TrainingOptions fields of ``--peft`` and its LoRA knobs (validated there)."""
+    if peft == "none":
+        return {}
+    return {
+        "peft": peft,
+        "lora_rank": lora_rank,
+        "lora_targets": frozenset(t.strip() for t in lora_targets.split(",") if t.strip()),
+        "lora_input_regather": lora_input_regather,
+    }
 
 
 def time_coefficients(calibration: Path | None, hardware: HardwareSpec) -> TimeCoefficients | None:
@@ -64,6 +84,7 @@ def build_run(
     hw: list[str],
     scaleout_gbps: float | None,
     gpus_per_node: int | None,
+    peft: dict[str, Any] | None = None,
 ) -> RunConfig:
     from lcmoe.run import build_layout, check_precision_supported, parse_recompute
     from lcmoe.units import parse_token_count
@@ -107,5 +128,6 @@ def build_run(
         exp_avg_dtype="bf16" if precision_aware_optimizer else "fp32",
         moe_token_imbalance=moe_imbalance,
         expandable_segments=expandable_segments,
+        **(peft or {}),
     )
     return RunConfig(spec, hardware, layout, options)

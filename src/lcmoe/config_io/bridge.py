@@ -37,17 +37,63 @@ RECIPES = {
     "nemotron-3.5-lightning-30b-a3b": "nemotron_3_5_lightning_pretrain_config",
     "nemotron-3-super-120b-a12b": "nemotron_3_super_pretrain_config",
 }
+# Models whose recipe module also exports ``<stem>_peft_config`` (the LoRA/DoRA finetuning
+# recipe ``run_recipe.py --mode lora`` loads; megatron/bridge/recipes/*/__init__.py). Bridge has
+# no PEFT recipe for DeepSeek-V3 or Kimi-K2.
+PEFT_RECIPE_MODELS = frozenset(RECIPES) - {"deepseek-v3", "kimi-k2"}
+
+
+def recipe_for(model: ModelSpec, options: TrainingOptions) -> str:
+    """The Bridge recipe a run launches from: the model's pretraining recipe, or under LoRA its
+    ``<stem>_peft_config`` (launched with ``--mode lora``)."""
+    recipe = RECIPES.get(model.name, "your_recipe_config")
+    if not options.is_lora:
+        return recipe
+    if model.name not in PEFT_RECIPE_MODELS:
+        raise LcmoeError(
+            "peft",
+            "lora",
+            f"has no Megatron Bridge recipe for {model.name} (Bridge ships <model>_peft_config recipes only for "
+            f"{', '.join(sorted(PEFT_RECIPE_MODELS))})",
+            "write the LoRA config yourself from the emitted overrides, or plan full training",
+        )
+    return peft_recipe_name(recipe)
+
+
+def peft_recipe_name(recipe: str) -> str:
+    """``llama3_70b_pretrain_config`` → ``llama3_70b_peft_config``."""
+    return recipe.removesuffix("_pretrain_config") + "_peft_config"
+
+
 # Recipes whose ConfigContainer has ``comm_overlap=None`` in megatron-bridge 0.6.2 (built and
 # checked by tests/test_bridge_runtime.py); the others carry a CommOverlapConfig.
 RECIPES_WITHOUT_COMM_OVERLAP = frozenset({"qwen3_235b_a22b_pretrain_config", "qwen3_next_80b_a3b_pretrain_config"})
+# PEFT recipes start from ``_peft_common()`` (recipes/common.py: ``comm_overlap=None``); of the
+# catalog's, only Llama 3.1 405B's sets a CommOverlapConfig (checked by tests/test_bridge_runtime.py).
+PEFT_RECIPES_WITH_COMM_OVERLAP = frozenset({"llama31_405b_peft_config"})
 
 
-def ep_overlap_key(model: ModelSpec) -> str:
+def recipe_has_comm_overlap(recipe: str) -> bool:
+    """Whether the recipe's ConfigContainer carries a CommOverlapConfig (megatron-bridge 0.6.2)."""
+    if recipe.endswith("_peft_config"):
+        return recipe in PEFT_RECIPES_WITH_COMM_OVERLAP
+    return recipe not in RECIPES_WITHOUT_COMM_OVERLAP
+
+
+def override_key(key: str) -> str:
+    """A ``KEY=VALUE`` override's spelling: ``cfg.peft`` is declared as the PEFT base class, so
+    Hydra's struct mode knows none of LoRA's fields and they must be appended (``+peft.dim=…``;
+    megatron-bridge 0.6.2 refuses ``peft.dim=…`` and ``++``, tests/test_bridge_runtime.py)."""
+    return "+" + key if key.startswith("peft.") else key
+
+
+def ep_overlap_key(model: ModelSpec, options: TrainingOptions) -> str:
     """Where EP overlap is set for this model's recipe: ``comm_overlap.*`` overwrites the model
     field at start-up when the recipe has a CommOverlapConfig (comm_overlap.py:438, 604-619);
     without one, runtime_config_update never calls it (config.py:1883) and the model field
     (MCore TransformerConfig.overlap_moe_expert_parallel_comm) is what runs."""
-    if RECIPES.get(model.name) in RECIPES_WITHOUT_COMM_OVERLAP:
+    recipe = RECIPES.get(model.name, "")
+    if not recipe_has_comm_overlap(peft_recipe_name(recipe) if options.is_lora else recipe):
         return "model.overlap_moe_expert_parallel_comm"
     return "comm_overlap.overlap_moe_expert_parallel_comm"
 
@@ -120,7 +166,7 @@ def overrides_from_run(run: RunConfig) -> dict[str, Any]:
             out["model.moe_flex_dispatcher_backend"] = opt.dispatcher
         else:
             out["model.moe_token_dispatcher_type"] = opt.dispatcher
-        out[ep_overlap_key(run.model)] = opt.overlap_moe_expert_parallel_comm
+        out[ep_overlap_key(run.model, opt)] = opt.overlap_moe_expert_parallel_comm
         # LatentMoE refuses shared-expert overlap in training (moe_layer.py:476-487).
         if opt.overlap_moe_expert_parallel_comm or run.model.moe_latent_size:
             out["model.moe_shared_expert_overlap"] = False
@@ -149,6 +195,11 @@ def overrides_from_run(run: RunConfig) -> dict[str, Any]:
         out["optimizer.optimizer_cpu_offload"] = True
         out["optimizer.optimizer_offload_fraction"] = opt.optimizer_offload_fraction
         out["optimizer.overlap_cpu_optimizer_d2h_h2d"] = True
+    if opt.is_lora:
+        # The PEFT recipe (``recipe_for``) builds cfg.peft = LoRA(); these set its fields (peft/lora.py).
+        out["peft.dim"] = opt.lora_rank
+        out["peft.target_modules"] = sorted(opt.lora_targets)
+        out["peft.sequence_parallel_input_regather"] = opt.lora_input_regather
     return out
 
 
@@ -272,8 +323,27 @@ def run_from_overrides(
         exp_avg_dtype="bf16" if aware and _get(values, "optimizer.exp_avg_dtype", "bf16") == "bf16" else "fp32",
         main_params_dtype=_sixteen_bit(_get(values, "optimizer.main_params_dtype", "fp32")) if aware else "fp32",
         optimizer_offload_fraction=offload,
+        **_peft_fields(values),
     )
     return RunConfig(model, hardware, layout, options)
+
+
+def _peft_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """LoRA from ``peft.*`` keys (or ``peft: lora``); {} for full training. DoRA is refused:
+    its magnitude vectors and weight-norm activations are not modelled."""
+    scheme = str(_get(values, "peft", "") or "").lower()
+    keys = [k for k in values if k.startswith("peft.")]
+    if "dora" in scheme or "dora" in str(_get(values, "peft._target_", "")).lower():
+        raise LcmoeError("peft", "dora", "is not modelled (LoRA is)", "estimate the run as LoRA for a lower bound")
+    if not keys and scheme not in ("lora", "megatron.bridge.peft.lora.lora"):
+        return {}
+    targets = _list(_get(values, "peft.target_modules")) or ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
+    return {
+        "peft": "lora",
+        "lora_rank": _int(values, "peft.dim", 32),
+        "lora_targets": frozenset(targets),
+        "lora_input_regather": bool(_get(values, "peft.sequence_parallel_input_regather", False)),
+    }
 
 
 def _sixteen_bit(value: Any) -> Literal["fp32", "fp16", "bf16"]:

@@ -79,9 +79,22 @@ def run_from_plan(doc: dict[str, Any], *, index: int = 0, hardware: HardwareSpec
             dispatcher=str(entry["dispatcher"]),
             cuda_graph_scope=frozenset(entry["cuda_graph_scope"]),
             overlap_moe_expert_parallel_comm=bool(entry["overlap_moe_expert_parallel_comm"]),
+            **_peft(entry.get("peft")),
         )
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise LcmoeError(
             "--plan", f"plans[{index}]", f"is missing or has a bad field ({exc})", "re-run lcmoe plan"
         ) from None
     return RunConfig(model, hw, layout, options)
+
+
+def _peft(doc: dict[str, Any] | None) -> dict[str, Any]:
+    """TrainingOptions' LoRA fields from a plan entry's ``peft`` (None: full training)."""
+    if not doc:
+        return {}
+    return {
+        "peft": str(doc["scheme"]),
+        "lora_rank": int(doc["rank"]),
+        "lora_targets": frozenset(str(t) for t in doc["targets"]),
+        "lora_input_regather": bool(doc.get("input_regather", False)),
+    }

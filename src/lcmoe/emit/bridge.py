@@ -7,12 +7,12 @@ from typing import Any
 
 import yaml
 
-from lcmoe.config_io.bridge import format_override_value, overrides_from_run
+from lcmoe.config_io.bridge import format_override_value, override_key, overrides_from_run
 from lcmoe.run import RunConfig
 
 
 def overrides_text(run: RunConfig) -> str:
-    return "\n".join(f"{k}={format_override_value(v)}" for k, v in overrides_from_run(run).items()) + "\n"
+    return "\n".join(f"{override_key(k)}={format_override_value(v)}" for k, v in overrides_from_run(run).items()) + "\n"
 
 
 def yaml_config(run: RunConfig) -> str:

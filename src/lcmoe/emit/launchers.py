@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from lcmoe.config_io.bridge import format_override_value, overrides_from_run
+from lcmoe.config_io.bridge import format_override_value, override_key, overrides_from_run
 from lcmoe.emit.environment import environment
 from lcmoe.run import RunConfig
 
@@ -26,8 +26,19 @@ class LaunchSettings:
     extra_env: dict[str, str] = field(default_factory=dict)
 
 
+# LoRA starts from a base model: Bridge refuses a PEFT run without one (config.py: "PEFT requires
+# a pretrained checkpoint path"). The launchers read it from this variable at run time.
+CHECKPOINT_VARIABLE = "PRETRAINED_CHECKPOINT"
+
+
+def recipe_args(run: RunConfig, settings: LaunchSettings) -> list[str]:
+    """``--recipe NAME`` (+ ``--mode lora`` for a LoRA run, which makes run_recipe.py build the
+    recipe with ``peft_scheme="lora"``)."""
+    return ["--recipe", settings.recipe, *(["--mode", "lora"] if run.options.is_lora else [])]
+
+
 def override_args(run: RunConfig) -> list[str]:
-    return [f"{key}={format_override_value(value)}" for key, value in overrides_from_run(run).items()]
+    return [f"{override_key(key)}={format_override_value(value)}" for key, value in overrides_from_run(run).items()]
 
 
 def slurm_script(run: RunConfig, settings: LaunchSettings) -> str:
@@ -61,22 +72,32 @@ def slurm_script(run: RunConfig, settings: LaunchSettings) -> str:
     srun = ["srun", f"--container-image={settings.container_image}"]
     if mounts:
         srun.append(f"--container-mounts={mounts}")
-    command = [*srun, "python", "scripts/training/run_recipe.py", "--recipe", settings.recipe, *override_args(run)]
-    lines += ["", " \\\n  ".join(q(part) for part in command), ""]
+    command = [*srun, "python", "scripts/training/run_recipe.py", *recipe_args(run, settings), *override_args(run)]
+    parts = [q(part) for part in command]
+    if run.options.is_lora:
+        need = f"export {CHECKPOINT_VARIABLE}=the Megatron checkpoint LoRA starts from"
+        lines.append(f': "${{{CHECKPOINT_VARIABLE}:?{need}}}"')
+        parts.append(f'"checkpoint.pretrained_checkpoint=${CHECKPOINT_VARIABLE}"')
+    lines += ["", " \\\n  ".join(parts), ""]
     return "\n".join(lines)
 
 
 def nemo_run_script(run: RunConfig, settings: LaunchSettings) -> str:
     """A NeMo-Run script; values are embedded as Python literals (repr), never as shell text."""
     overrides = override_args(run)
+    imports, checkpoint = "import nemo_run as run", ""
+    if run.options.is_lora:
+        imports = "import os\n\n" + imports
+        checkpoint = f'\nOVERRIDES.append("checkpoint.pretrained_checkpoint=" + os.environ["{CHECKPOINT_VARIABLE}"])'
+
     env = {name: value for name, (value, _) in environment(run).items()} | dict(settings.extra_env)
     gpus_per_node = run.hardware.gpus_per_node
     nodes = -(-run.num_gpus // gpus_per_node)
     return f'''"""NeMo-Run launcher written by lcmoe (edit executor settings for your cluster)."""
-import nemo_run as run
+{imports}
 
 ENV = {env!r}
-OVERRIDES = {overrides!r}
+OVERRIDES = {overrides!r}{checkpoint}
 
 executor = run.SlurmExecutor(
     account={settings.account!r},
@@ -90,7 +111,7 @@ executor = run.SlurmExecutor(
     env_vars=ENV,
     tunnel=run.LocalTunnel(job_dir="./nemo_run_jobs"),
 )
-script = run.Script(path="scripts/training/run_recipe.py", args=["--recipe", {settings.recipe!r}, *OVERRIDES])
+script = run.Script(path="scripts/training/run_recipe.py", args=[*{recipe_args(run, settings)!r}, *OVERRIDES])
 
 if __name__ == "__main__":
     run.run(script, executor=executor, name={settings.job_name!r})

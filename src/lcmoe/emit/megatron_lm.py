@@ -8,6 +8,15 @@ from lcmoe.run import RunConfig
 _FP8_RECIPE = {"fp8-tensorwise": "tensorwise", "fp8-delayed": "delayed", "fp8-blockwise": "blockwise", "mxfp8": "mxfp8"}
 
 
+NO_LORA = "# Megatron-LM's pretrain_gpt.py has no LoRA: launch this plan with Megatron Bridge."
+
+
+def megatron_lm_text(run: RunConfig) -> str:
+    """The arguments one per line, or for a LoRA run (which Megatron-LM cannot train) a comment
+    that says so."""
+    return NO_LORA if run.options.is_lora else "\n".join(megatron_lm_args(run))
+
+
 def megatron_lm_args(run: RunConfig) -> list[str]:
     lay, opt, model = run.layout, run.options, run.model
     args = [

@@ -11,10 +11,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from lcmoe.config_io.bridge import RECIPES
+from lcmoe.config_io.bridge import recipe_for
 from lcmoe.emit.bridge import overrides_text, python_snippet, yaml_config
 from lcmoe.emit.launchers import LaunchSettings, nemo_run_script, slurm_script
-from lcmoe.emit.megatron_lm import megatron_lm_args
+from lcmoe.emit.megatron_lm import megatron_lm_text
 from lcmoe.errors import LcmoeError
 from lcmoe.run import RunConfig
 
@@ -46,7 +46,7 @@ def _plan_files(run: RunConfig, prediction: dict[str, Any], settings: LaunchSett
         "overrides.txt": overrides_text(run),
         "config.yaml": yaml_config(run),
         "apply_plan.py": python_snippet(run, settings.recipe),
-        "megatron_lm_args.txt": "\n".join(megatron_lm_args(run)) + "\n",
+        "megatron_lm_args.txt": megatron_lm_text(run) + "\n",
         "launch.sbatch": slurm_script(run, settings),
         "nemo_run_launch.py": nemo_run_script(run, settings),
         "prediction.json": json.dumps(prediction, indent=2, default=str) + "\n",
@@ -96,7 +96,7 @@ def write_plan_directory(
             "add --yes to confirm",
         )
     launch = settings or LaunchSettings(
-        recipe=RECIPES.get(best.run.model.name, "your_recipe_config"), job_name=f"lcmoe-{best.run.model.name}"
+        recipe=recipe_for(best.run.model, best.run.options), job_name=f"lcmoe-{best.run.model.name}"
     )
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -239,6 +239,16 @@ def flops_per_token(spec: ModelSpec, seq_len: int, *, tp: int = 1) -> FlopsBreak
     )
 
 
+def lora_model_flops_per_token(breakdown: FlopsBreakdown) -> float:
+    """Model FLOPs per token of a LoRA run: the frozen GEMMs at 2/3 of their training count
+    (forward and data gradient, no weight gradient) and core attention in full,
+    total − (total − attention_core)/3 — Bridge's own LoRA count where it has one
+    (flop_utils.py, Llama3-70B on packed SQuAD: ``model_flops_frozen · 2/3 +
+    model_flops_unfrozen``; its other LoRA runs log the full-training count). Adapter GEMMs
+    (6·r·(in + out) per token each) are left out, as Bridge does."""
+    return breakdown.total - (breakdown.total - breakdown.attention_core) / 3
+
+
 def flops_per_step(spec: ModelSpec, seq_len: int, global_batch_size: int, *, tp: int = 1) -> float:
     """F = GBS·s·(FLOPs per token): what Bridge divides by step time and world size."""
     return global_batch_size * seq_len * flops_per_token(spec, seq_len, tp=tp).total

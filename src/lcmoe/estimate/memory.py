@@ -33,7 +33,14 @@ from importlib import resources
 
 import yaml
 
-from lcmoe.estimate.params import LayerSignature, attention_kind, layer_params, layer_signature, mtp_extra_params
+from lcmoe.estimate.params import (
+    LayerSignature,
+    attention_kind,
+    layer_params,
+    layer_signature,
+    lora_adapters,
+    mtp_extra_params,
+)
 from lcmoe.layout import ParallelLayout, PipelineStage, inflight_microbatch_chunks, pipeline_stages
 from lcmoe.specs.hardware import HardwareSpec
 from lcmoe.specs.model import AttentionKind, ModelSpec
@@ -139,6 +146,28 @@ def stage_params_per_gpu(model: ModelSpec, layout: ParallelLayout, stage: Pipeli
     )
 
 
+def stage_lora_params_per_gpu(
+    model: ModelSpec, layout: ParallelLayout, stage: PipelineStage, options: TrainingOptions
+) -> StageParams:
+    """The trainable LoRA parameters on one GPU of a stage: r·(in + out)/tp per dense adapter and
+    r·(in + out)/etp per routed-expert adapter (one per EP rank, shared by its local experts), over
+    the stage's layers and MTP weight layers (``lcmoe.estimate.params.lora_adapters``). Both
+    LoRA matrices are split over TP: a column-parallel base's LoRA-A is ColumnParallelLinear
+    (h → r/tp, gathered) and its LoRA-B ColumnParallelLinear (r → out/tp); a row-parallel base's
+    LoRA-A is RowParallelLinear (in/tp → r) (Bridge peft/utils.py ``ParallelLinearAdapter``)."""
+    groups = list(stage.layer_groups)
+    if stage.mtp_layers:
+        groups.append((model.mtp_layer, min(stage.mtp_layers, model.mtp_weight_layers)))
+    dense = expert = 0.0
+    for first, count in groups:
+        for adapter in lora_adapters(model, first, options.lora_targets):
+            if adapter.expert:
+                expert += count * adapter.params(options.lora_rank) / layout.etp
+            else:
+                dense += count * adapter.params(options.lora_rank) / layout.tp
+    return StageParams(dense, expert)
+
+
 def quantized_usage_bytes(options: TrainingOptions) -> float:
     """Bytes per parameter of one usage (row-wise or column-wise) of a quantized weight: MXFP8 and
     FP8 blockwise 1 B + 1/32 B of scales (one FP32 or E8M0 scale per 32–128 values, rounded up to
@@ -224,29 +253,52 @@ class ModelState:
     optimizer_moments: float
     optimizer_host: float
     weight_copies: float = 0.0
+    # The part of ``weights`` that is frozen (a LoRA base): plain tensors outside DDP's padded
+    # parameter and gradient buffers.
+    frozen_weights: float = 0.0
 
     @property
     def optimizer(self) -> float:
         return self.optimizer_master + self.optimizer_moments
 
+    @property
+    def buffered(self) -> float:
+        """What sits in DDP's and the distributed optimizer's padded, bucketed buffers (the basis
+        of the fitted ``state_overhead_fraction``): trained weights, gradients, optimizer."""
+        return self.weights - self.frozen_weights + self.gradients + self.optimizer
+
 
 def model_state_bytes(
-    params: StageParams, layout: ParallelLayout, options: TrainingOptions, *, architecture: str = "hopper"
+    params: StageParams,
+    layout: ParallelLayout,
+    options: TrainingOptions,
+    *,
+    architecture: str = "hopper",
+    trainable: StageParams | None = None,
 ) -> ModelState:
     """weights = P_linear·w + P_vocab·2 (quantized parameters are the TE linear weights only: the
     embedding and output layer stay BF16); grads = P·g; optimizer = P_dense·o/shard_dense +
     P_expert·o/shard_expert, times (1 − offload fraction) on the GPU and the rest on the host;
     weight copies = P_linear·``quantized_weight_copy_bytes``. Megatron-FSDP also shards
-    weights and gradients over the same groups."""
+    weights and gradients over the same groups. With ``trainable`` (LoRA adapters,
+    ``stage_lora_params_per_gpu``) the base is frozen: Megatron's DDP buffers and the optimizer
+    cover only parameters that require grad, so grads and optimizer count the adapters, whose
+    BF16 weights add to the base's."""
+    trained = params if trainable is None else trainable
     w, g, o = weight_bytes_per_param(options), grad_bytes_per_param(options), optimizer_bytes_per_param(options)
     shard_dense, shard_expert = optimizer_shards(layout, options)
-    optimizer = params.dense * o / shard_dense + params.expert * o / shard_expert
+    optimizer = trained.dense * o / shard_dense + trained.expert * o / shard_expert
     if options.megatron_fsdp:
         sharded = params.dense / shard_dense + params.expert / shard_expert
         vocab = params.vocab / shard_dense
-    else:
-        sharded, vocab = params.total, params.vocab  # without FSDP every parameter is held whole
-    weights, grads = (sharded - vocab) * w + vocab * BF16, sharded * g
+        held = trained.dense / shard_dense + trained.expert / shard_expert
+    else:  # without FSDP every parameter is held whole
+        sharded, vocab, held = params.total, params.vocab, trained.total
+    weights, grads = (sharded - vocab) * w + vocab * BF16, held * g
+    frozen = 0.0
+    if trainable is not None:
+        frozen = weights
+        weights += held * BF16
     on_gpu = 1.0 - options.optimizer_offload_fraction
     master_share = master_param_bytes(options) / o
     return ModelState(
@@ -256,7 +308,20 @@ def model_state_bytes(
         optimizer * (1 - master_share) * on_gpu,
         optimizer * options.optimizer_offload_fraction,
         params.linear * quantized_weight_copy_bytes(options, architecture),
+        frozen,
     )
+
+
+def stage_state_bytes(
+    model: ModelSpec, layout: ParallelLayout, stage: PipelineStage, options: TrainingOptions, architecture: str
+) -> tuple[StageParams, ModelState]:
+    """(trainable parameters, model state) of one GPU of a stage: every parameter trains, or
+    under LoRA only the adapters."""
+    params = stage_params_per_gpu(model, layout, stage)
+    if not options.is_lora:
+        return params, model_state_bytes(params, layout, options, architecture=architecture)
+    adapters = stage_lora_params_per_gpu(model, layout, stage, options)
+    return adapters, model_state_bytes(params, layout, options, architecture=architecture, trainable=adapters)
 
 
 def optimizer_grad_copy_bytes(params: StageParams, layout: ParallelLayout, options: TrainingOptions) -> float:
@@ -283,7 +348,7 @@ class TokenShape:
     sp: int
     etp: int
     ep: int
-    stored_gemm_input: float  # a: 2 in BF16, 1 with FP8
+    stored_gemm_input: float  # a: 2 in BF16, 1 with FP8, 0 for a frozen LoRA base
     seq_len: int
     mbs: int
     cp: int
@@ -296,7 +361,8 @@ def token_shape(layout: ParallelLayout, options: TrainingOptions) -> TokenShape:
         sp=layout.tp if layout.sequence_parallel else 1,
         etp=layout.etp,
         ep=layout.ep,
-        stored_gemm_input=1.0 if options.is_fp8 else float(BF16),
+        # A frozen (LoRA) base keeps no GEMM inputs: TE saves one only for a weight gradient.
+        stored_gemm_input=0.0 if options.is_lora else 1.0 if options.is_fp8 else float(BF16),
         seq_len=options.seq_len,
         mbs=layout.mbs,
         cp=layout.cp,
@@ -365,7 +431,7 @@ def gqa_attention_activation_bytes(model: ModelSpec, shape: TokenShape, options:
         stored += BF16 * shape.tokens * (q + kv) / shape.tp
     stored += core_attention_bytes(model, shape, options, q, q)
     if options.is_fp8:
-        stored += shape.tokens * q / shape.tp
+        stored += shape.stored_gemm_input * shape.tokens * q / shape.tp
     return stored + dropout_mask_bytes(shape, h, options.hidden_dropout)
 
 
@@ -385,7 +451,7 @@ def mla_attention_activation_bytes(model: ModelSpec, shape: TokenShape, options:
         stored += BF16 * shape.tokens * n * (2 * (dn + dr) + dv) / shape.tp
     stored += core_attention_bytes(model, shape, options, n * (dn + dr), n * dv)
     if options.is_fp8:
-        stored += shape.tokens * n * dv / shape.tp
+        stored += shape.stored_gemm_input * shape.tokens * n * dv / shape.tp
     return stored + dropout_mask_bytes(shape, h, options.hidden_dropout)
 
 
@@ -428,6 +494,22 @@ def dense_mlp_activation_bytes(
     return stored + dropout_mask_bytes(shape, h, options.hidden_dropout)
 
 
+def moe_norm_output_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions) -> float:
+    """The MoE block's pre-MLP norm output, as its consumers keep it: the router saves its BF16
+    input whatever the precision (moe_utils.py ``RouterGatingLinearFunction``:
+    ``save_for_backward(inp, …)``), 2·T·h/sp, and a shared expert's FC1 saves the same tensor in
+    BF16 or its own quantized copy a·T·h/sp under FP8 (none when frozen). Selective
+    ``layernorm`` recompute of this standalone norm discards the output, and with it what the
+    router kept (``moe_norm_recompute_allowed``; under FP8 Megatron makes the shared expert save
+    the original input, transformer_layer.py ``set_for_recompute_pre_mlp_layernorm``)."""
+    if options.recomputes("layernorm") and moe_norm_recompute_allowed(options):
+        return 0.0
+    stored = BF16 * shape.tokens * model.hidden_size / shape.sp
+    if options.is_fp8 and model.shared_ffn:
+        stored += shape.stored_gemm_input * shape.tokens * model.hidden_size / shape.sp
+    return stored
+
+
 def dispatched_tokens(
     model: ModelSpec, shape: TokenShape, options: TrainingOptions, *, static_factor: float = FULL_ITERATION_STASH_FACTOR
 ) -> float:
@@ -443,7 +525,8 @@ def dispatched_tokens(
 
 
 def moe_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions) -> float:
-    """MoE block: norm; router logits and probabilities 2·4·(T/sp)·E (FP32 router); per dispatched
+    """MoE block: norm input 2·T·h/sp and its output as the router and shared expert keep it
+    (``moe_norm_output_bytes``); router logits and probabilities 2·4·(T/sp)·E (FP32 router); per dispatched
     token Td: expert FC1 input a·Td·d_e, FC1 output 2·Td·f·(2 if GLU)/etp, activation output
     a·Td·f/etp (dropped by ``moe_act``); shared expert as a dense MLP; LatentMoE's up-projection
     input a·(T/sp)·d_l (its down-projection reads the norm output, already stored); dropout
@@ -455,7 +538,7 @@ def moe_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingO
     if options.recomputes("moe"):
         return BF16 * shape.tokens * h / shape.sp + dropout_mask_bytes(shape, h, options.hidden_dropout)
     experts = model.num_moe_experts or 0
-    stored = norm_bytes(shape, h, options, standalone=moe_norm_recompute_allowed(options))
+    stored = BF16 * shape.tokens * h / shape.sp + moe_norm_output_bytes(model, shape, options)
     router_bytes = FP32 if options.moe_router_dtype_fp32 else BF16
     stored += 2 * router_bytes * shape.tokens / shape.sp * experts
     td = dispatched_tokens(model, shape, options)
@@ -494,8 +577,61 @@ def layer_activation_bytes(
         mlp = dense_mlp_activation_bytes(model, shape, options, model.ffn_hidden_size, shape.tp)
     else:
         mlp = 0.0
+    if options.is_lora:
+        mlp += lora_activation_bytes(model, layer, shape, options)
     offloaded = activation_offload_saving(model, layer, shape, options)
     return max(attn + mlp - offloaded, 0.0)
+
+
+def lora_activation_bytes(model: ModelSpec, layer: int, shape: TokenShape, options: TrainingOptions) -> float:
+    """What a LoRA layer stores besides the frozen base (whose linears keep no inputs:
+    ``token_shape``; Transformer Engine saves a GEMM input only when ``backward_needs_input =
+    is_grad_enabled and weight.requires_grad``, module/linear.py, layernorm_linear.py). Each
+    adapter's LoRA-A is a Megatron linear that saves its BF16 input for its weight gradient, and
+    LoRA-B saves the rank-r LoRA-A output, 2·T·r (2·Td·r for experts):
+    - linear_qkv / a dense or shared linear_fc1: the norm output, gathered over TP under sequence
+      parallelism, 2·T·h (2·T·h/sp with ``lora_input_regather``, which gathers it again in
+      backward; Bridge peft/utils.py ``ParallelLinearAdapter.forward``); a routed expert's fc1
+      the dispatched tokens 2·Td·d_e;
+    - linear_proj: the attention output 2·T·q/tp, the tensor the attention kernel saves anyway,
+      unless core_attn is recomputed or an output gate makes a new one;
+    - linear_fc2: the activation output 2·T·ffn/tp (experts 2·Td·f/etp; a ``moe_act`` checkpoint
+      frees its storage).
+    A shared expert's fc1 adapter saves the norm output the router keeps anyway
+    (``moe_norm_output_bytes``) unless it gathers it over TP. Adapters inside a recomputed
+    ``mlp``, ``moe`` or ``shared_experts`` block keep nothing."""
+    r = options.lora_rank
+    t = shape.tokens
+    is_moe = model.is_moe_layer(layer)
+    td = dispatched_tokens(model, shape, options) if is_moe else 0.0
+    gathered = shape.sp if options.lora_input_regather else 1
+    stored = 0.0
+    for adapter in lora_adapters(model, layer, options.lora_targets):
+        if adapter.expert:
+            if options.recomputes("moe"):
+                continue
+            stored += BF16 * td * r
+            if adapter.column:
+                stored += BF16 * td * adapter.in_features
+            elif not options.recomputes("moe_act"):
+                stored += BF16 * td * adapter.in_features / shape.etp
+            continue
+        in_mlp = adapter.target in ("linear_fc1", "linear_fc2")
+        if in_mlp and (
+            options.recomputes("mlp" if not is_moe else "moe") or (is_moe and options.recomputes("shared_experts"))
+        ):
+            continue
+        stored += BF16 * t * r
+        if adapter.target == "linear_proj":
+            if options.recomputes("core_attn") or model.attention_output_gate:
+                stored += BF16 * t * adapter.in_features / shape.tp
+        elif adapter.column:
+            shares_router_input = is_moe and shape.sp == gathered
+            if not shares_router_input:
+                stored += BF16 * t * adapter.in_features / gathered
+        else:
+            stored += BF16 * t * adapter.in_features / shape.tp
+    return stored
 
 
 def activation_offload_saving(model: ModelSpec, layer: int, shape: TokenShape, options: TrainingOptions) -> float:
@@ -527,7 +663,7 @@ def activation_offload_saving(model: ModelSpec, layer: int, shape: TokenShape, o
         saving += BF16 * shape.tokens * (q + 2 * kv) / shape.tp
         saving += core_attention_bytes(model, shape, options, q, q)
     if "attn_proj" in mods and options.is_fp8 and has_attention:
-        saving += shape.tokens * model.num_attention_heads * model.head_dim / shape.tp
+        saving += shape.stored_gemm_input * shape.tokens * model.num_attention_heads * model.head_dim / shape.tp
     if model.is_moe_layer(layer) and not options.recomputes("moe"):
         td = dispatched_tokens(model, shape, options)
         if "expert_fc1" in mods:
@@ -787,8 +923,7 @@ def stage_memory(
     """
     c = coefficients
     shape = token_shape(layout, options)
-    params = stage_params_per_gpu(model, layout, stage)
-    state = model_state_bytes(params, layout, options, architecture=architecture)
+    trained, state = stage_state_bytes(model, layout, stage, options, architecture)
     h = model.hidden_size
 
     inflight = inflight_microbatch_chunks(layout, stage.rank)
@@ -837,7 +972,7 @@ def stage_memory(
     workspace = c.workspace_bytes + te_workspace_bytes(model, options, architecture)
 
     # DDP/optimizer buffers are padded and bucketed; the fitted fraction covers that bookkeeping.
-    static = (state.weights + state.gradients + state.optimizer) * (1.0 + c.state_overhead_fraction)
+    static = state.weights + state.gradients + state.optimizer + state.buffered * c.state_overhead_fraction
     moments = state.optimizer_moments * (1.0 + c.state_overhead_fraction)
     # The loss stage peaks while the logits buffers are live (no layer is in backward then);
     # every other moment of every stage peaks in a layer's backward (its working set plus the
@@ -849,11 +984,11 @@ def stage_memory(
     # full-iteration graph keeps its whole working set in its private pool between replays
     # (the pool is only released when the graph is destroyed; the first step runs eagerly).
     pinned = dynamic if "full_iteration" in options.cuda_graph_scope and not first_step else 0.0
-    grad_copies = optimizer_grad_copy_bytes(params, layout, options)
+    grad_copies = optimizer_grad_copy_bytes(trained, layout, options)
     forward_backward = persistent - moments + dynamic if first_step else persistent + dynamic
     optimizer_step = persistent + pinned + grad_copies
     peak_allocated = max(forward_backward, optimizer_step)
-    overhead = (state.weights + state.gradients + state.optimizer) * c.state_overhead_fraction
+    overhead = state.buffered * c.state_overhead_fraction
     optimizer_live = state.optimizer
     logits_live, transient_live = (logits, 0.0) if logits >= transient else (0.0, transient)
     activations_live = activations

@@ -156,6 +156,62 @@ def layer_params(spec: ModelSpec, layer: int) -> LayerParams:
     return LayerParams(attention_params(spec, kind), mlp, experts, is_moe, kind, replicated)
 
 
+@dataclass(frozen=True, slots=True)
+class LoraAdapter:
+    """One LoRA adapter (Bridge ``ParallelLinearAdapter``, peft/utils.py) on a frozen linear: the
+    base's input and output widths; ``column`` for a column-parallel base (its input is a norm
+    output, gathered over TP under sequence parallelism); ``expert`` for a routed-expert grouped
+    linear, whose local experts share one adapter (``LoRA.share_expert_adapters``, default True)."""
+
+    target: str
+    in_features: int
+    out_features: int
+    column: bool
+    expert: bool = False
+
+    def params(self, rank: int) -> int:
+        """A·x then B·(A·x): r·(in + out) (linear_in r×in, linear_out out×r)."""
+        return rank * (self.in_features + self.out_features)
+
+
+def lora_adapters(spec: ModelSpec, layer: int, targets: frozenset[str]) -> tuple[LoraAdapter, ...]:
+    """The adapters LoRA puts on decoder layer ``layer`` (``spec.mtp_layer`` for an MTP layer):
+    Bridge matches ``target_modules`` against module names (peft/lora.py ``LoRA.transform``), so
+    GQA/SWA attention offers linear_qkv (h → q(·2 with output gate) + 2·kv) and linear_proj
+    (q → h), MLA only linear_proj (n·dv → h), a dense MLP linear_fc1 (h → glu·ffn) and linear_fc2
+    (ffn → h), a MoE layer its routed experts' and shared expert's fc1/fc2."""
+    kind = attention_kind(spec, layer)
+    h, glu = spec.hidden_size, 2 if spec.gated_linear_unit else 1  # fc1 outputs gate and up
+    adapters: list[LoraAdapter] = []
+    if kind is AttentionKind.MLA:
+        if "linear_proj" in targets:
+            adapters.append(LoraAdapter("linear_proj", spec.num_attention_heads * spec.v_head_dim, h, column=False))
+    elif kind.is_softmax_attention:
+        q = spec.num_attention_heads * spec.head_dim
+        qkv = q * (2 if spec.attention_output_gate else 1) + 2 * spec.query_groups * spec.head_dim
+        if "linear_qkv" in targets:
+            adapters.append(LoraAdapter("linear_qkv", h, qkv, column=True))
+        if "linear_proj" in targets:
+            adapters.append(LoraAdapter("linear_proj", q, h, column=False))
+    if spec.is_moe_layer(layer):
+        d, f, shared = spec.expert_width, spec.expert_ffn, spec.shared_ffn
+        if "linear_fc1" in targets:
+            adapters.append(LoraAdapter("linear_fc1", d, glu * f, column=True, expert=True))
+            if shared:
+                adapters.append(LoraAdapter("linear_fc1", h, glu * shared, column=True))
+        if "linear_fc2" in targets:
+            adapters.append(LoraAdapter("linear_fc2", f, d, column=False, expert=True))
+            if shared:
+                adapters.append(LoraAdapter("linear_fc2", shared, h, column=False))
+    elif spec.has_mlp(layer):
+        ffn = spec.ffn_hidden_size
+        if "linear_fc1" in targets:
+            adapters.append(LoraAdapter("linear_fc1", h, glu * ffn, column=True))
+        if "linear_fc2" in targets:
+            adapters.append(LoraAdapter("linear_fc2", ffn, h, column=False))
+    return tuple(adapters)
+
+
 def mtp_extra_params(spec: ModelSpec) -> int:
     """Per MTP layer beyond its transformer layer: enorm h + hnorm h + eh_proj 2h·h + final norm h
     (megatron/core/transformer/multi_token_prediction.py)."""

@@ -43,15 +43,17 @@ from lcmoe.estimate.flops import (
     gdn_flops_per_layer,
     gqa_projection_per_layer,
     latent_projection_flops_per_moe_layer,
+    lora_model_flops_per_token,
     swa_context,
 )
 from lcmoe.estimate.memory import (
     BF16,
     layer_activation_bytes,
+    stage_lora_params_per_gpu,
     stage_params_per_gpu,
     token_shape,
 )
-from lcmoe.estimate.params import LayerSignature, attention_kind, layer_signature
+from lcmoe.estimate.params import LayerSignature, attention_kind, layer_signature, lora_adapters
 from lcmoe.layout import PipelineStage, pipeline_stages
 from lcmoe.run import RunConfig
 from lcmoe.specs.model import AttentionKind, ModelSpec
@@ -545,6 +547,39 @@ class RunAmounts:
     model_flops_per_step: float
     tokens_per_step: float
     world_size: int
+    # GEMM passes per layer: forward, data gradient, weight gradient; a frozen (LoRA) base skips
+    # the weight gradient (its adapters' GEMMs are counted apart, all three passes).
+    gemm_passes: int = 3
+
+
+def model_flops_per_token(model: ModelSpec, options: TrainingOptions, tp: int) -> float:
+    """The FLOPs per token that TFLOP/s and MFU count: Bridge's training count
+    (``estimate.flops``), or its LoRA count under LoRA (``estimate.flops.lora_model_flops_per_token``)."""
+    breakdown = flops_per_token(model, options.seq_len, tp=tp)
+    return lora_model_flops_per_token(breakdown) if options.is_lora else breakdown.total
+
+
+def gemm_passes(options: TrainingOptions) -> int:
+    """GEMM passes of a trained linear: forward, data gradient and weight gradient (3); a frozen
+    LoRA base runs no weight gradient (2)."""
+    return 2 if options.is_lora else 3
+
+
+def adapter_flops_per_token(model: ModelSpec, layer: int, options: TrainingOptions) -> tuple[float, float]:
+    """(dense, expert) adapter FLOPs per token of a layer, forward + backward, on the per-layer
+    scale of ``layer_flops_per_token`` (a GPU's FLOPs = this × its s·b/(tp·cp) tokens): 6·r·(in +
+    out) per dense adapter, × topk for a routed-expert adapter, which every routed token passes
+    (as ``expert_gemm_flops_per_moe_layer`` counts the experts). Zero without LoRA."""
+    if not options.is_lora:
+        return 0.0, 0.0
+    dense = expert = 0.0
+    for adapter in lora_adapters(model, layer, options.lora_targets):
+        flops = 6.0 * adapter.params(options.lora_rank)
+        if adapter.expert:
+            expert += flops * model.moe_router_topk
+        else:
+            dense += flops
+    return dense, expert
 
 
 def _layer_amounts(run: RunConfig, layer: int, no_recompute: TrainingOptions) -> LayerAmounts:
@@ -555,6 +590,8 @@ def _layer_amounts(run: RunConfig, layer: int, no_recompute: TrainingOptions) ->
     tokens = options.seq_len * layout.mbs / (layout.tp * layout.cp)  # this GPU's share of the microbatch
     f = layer_flops_per_token(model, layer, options.seq_len)
     is_moe = model.is_moe_layer(layer)
+    base_share = gemm_passes(options) / 3
+    adapter_dense, adapter_expert = adapter_flops_per_token(model, layer, options)
     kind = attention_kind(model, layer)
     cp_kv = cp_a2a = cp_mixer = 0.0
     if layout.cp > 1 and kind is AttentionKind.MAMBA:
@@ -585,10 +622,10 @@ def _layer_amounts(run: RunConfig, layer: int, no_recompute: TrainingOptions) ->
     )
     return LayerAmounts(
         count=1,
-        dense_flops=f.dense_gemm * tokens,
-        expert_flops=f.expert_gemm * tokens,
+        dense_flops=(f.dense_gemm * base_share + adapter_dense) * tokens,
+        expert_flops=(f.expert_gemm * base_share + adapter_expert) * tokens,
         attention_flops=f.attention_core * tokens,
-        linear_flops=f.linear_attention * tokens,
+        linear_flops=f.linear_attention * base_share * tokens,
         up_projection_flops=f.up_projection * tokens,
         dense_mlp_flops=f.dense_mlp * tokens,
         elementwise_bytes=layer_activation_bytes(model, layer, shape, no_recompute),
@@ -626,10 +663,15 @@ def _stage_amounts(
     tokens = options.seq_len * layout.mbs / (layout.tp * layout.cp)
     logits = 0.0
     if stage.has_loss:
-        logits = 6.0 * model.hidden_size * model.padded_vocab_size(layout.tp) * (1 + stage.mtp_layers) * tokens
+        passes = 2.0 * gemm_passes(options)
+        logits = passes * model.hidden_size * model.padded_vocab_size(layout.tp) * (1 + stage.mtp_layers) * tokens
     shape = token_shape(layout, options)
     pp_bytes = 2 * shape.tokens * model.hidden_size * BF16 / shape.sp if layout.pp > 1 else 0.0
-    params = stage_params_per_gpu(model, layout, stage)
+    params = (
+        stage_lora_params_per_gpu(model, layout, stage, options)
+        if options.is_lora
+        else stage_params_per_gpu(model, layout, stage)
+    )
     grad_bytes = 4.0 if options.main_grads_dtype == "fp32" else 2.0
     dense_dp, edp = layout.dp * layout.cp, max(layout.edp, 1)
     dp_bytes = (
@@ -684,9 +726,10 @@ def time_amounts(run: RunConfig, stages: list[PipelineStage] | None = None) -> R
         num_microbatches=max(layout.num_microbatches, 1),
         pp=layout.pp,
         vpp=layout.vpp,
-        model_flops_per_step=flops_per_token(model, options.seq_len, tp=layout.tp).total * tokens,
+        model_flops_per_step=model_flops_per_token(model, options, layout.tp) * tokens,
         tokens_per_step=tokens,
         world_size=layout.world_size,
+        gemm_passes=gemm_passes(options),
     )
 
 
@@ -855,7 +898,7 @@ def recompute_seconds(
     replays only the named modules (core_attn: attention forward; mla_up_proj: the up
     projections; mlp: the dense MLP; moe: expert + shared GEMMs and dispatch; moe_act,
     layernorm: their elementwise share, where the module exists)."""
-    forward = (dense + experts + attention + scan) / 3
+    forward = (dense + experts) / a.gemm_passes + (attention + scan) / 3
     if a.recompute_granularity == "full":
         return forward + elementwise / 3 + ep / 2
     if a.recompute_granularity != "selective":
@@ -869,7 +912,7 @@ def recompute_seconds(
     if "mlp" in mods and not g.is_moe:
         extra += g.dense_mlp_flops / gemm / 3
     if "moe" in mods and g.is_moe:
-        extra += experts / 3 + g.dense_mlp_flops / gemm / 3 + ep / 2
+        extra += experts / a.gemm_passes + g.dense_mlp_flops / gemm / 3 + ep / 2
     if "shared_experts" in mods and g.is_moe:
         extra += g.dense_mlp_flops / gemm / 3
     if "moe_act" in mods and g.is_moe:

@@ -8,7 +8,7 @@ from typing import Any
 from lcmoe.estimate.memory import estimate_memory
 from lcmoe.estimate.time import estimate_time
 from lcmoe.plan.reference import reference_run
-from lcmoe.plan.search import Plan, PlanRequest, SearchResult
+from lcmoe.plan.search import Plan, PlanRequest, SearchResult, base_options
 from lcmoe.rules.legality import violations
 
 
@@ -26,6 +26,7 @@ def plan_payload(request: PlanRequest, result: SearchResult) -> dict[str, Any]:
             "gbs": request.gbs,
             "memory_margin": request.memory_margin,
             "megatron_core_version": request.megatron_core_version,
+            "peft": base_options(request, "bf16").peft_summary(),
         },
         "plans": [p.as_dict() for p in result.plans],
         "fallback": result.fallback.as_dict() if result.fallback else None,

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from lcmoe.errors import LcmoeError
-from lcmoe.estimate.memory import MemoryEstimate, estimate_memory, model_state_bytes, stage_params_per_gpu
+from lcmoe.estimate.memory import MemoryEstimate, estimate_memory, stage_state_bytes
 from lcmoe.estimate.time import TimeCoefficients, TimeEstimate, estimate_time, shipped_time_coefficients
 from lcmoe.layout import (
     ParallelLayout,
@@ -31,7 +31,7 @@ from lcmoe.rules.legality import violations
 from lcmoe.run import RunConfig, default_global_batch
 from lcmoe.specs.hardware import HardwareSpec
 from lcmoe.specs.model import ModelSpec
-from lcmoe.workload import RecomputeGranularity, TrainingOptions
+from lcmoe.workload import LORA_TARGETS, Peft, RecomputeGranularity, TrainingOptions
 
 OFFLOAD_FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -51,6 +51,11 @@ class PlanRequest:
     allow_offload: bool = True
     allow_cuda_graphs: bool = True
     time_coefficients: TimeCoefficients | None = None  # a user calibration; None = shipped
+    # Parameter-efficient finetuning: TrainingOptions' peft / lora_* fields, as run_options.peft_options gives them.
+    peft: Peft = "none"
+    lora_rank: int = 32
+    lora_targets: frozenset[str] = LORA_TARGETS
+    lora_input_regather: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +100,7 @@ class Plan:
             "overlap_moe_expert_parallel_comm": opt.overlap_moe_expert_parallel_comm,
             "optimizer_offload_fraction": opt.optimizer_offload_fraction,
             "precision_aware_optimizer": opt.exp_avg_dtype == "bf16",
+            "peft": opt.peft_summary(),
             "memory": self.memory.as_dict(),
             "time": self.time.as_dict(),
             "reasons": [{"rule": a.rule, "text": a.text} for a in self.reasons],
@@ -251,6 +257,10 @@ def base_options(request: PlanRequest, precision: str) -> TrainingOptions:
         main_grads_dtype="bf16",
         exp_avg_dtype="bf16",
         dispatcher="alltoall",
+        peft=request.peft,
+        lora_rank=request.lora_rank,
+        lora_targets=request.lora_targets,
+        lora_input_regather=request.lora_input_regather,
     )
 
 
@@ -264,8 +274,7 @@ def static_lower_bound_fits(run: RunConfig, margin: float, stages: list[Pipeline
     capacity = (1 - margin) * run.hardware.hbm_bytes
     offloaded = replace(run.options, optimizer_offload_fraction=1.0)
     for stage in stages or pipeline_stages(run.model, run.layout):
-        params = stage_params_per_gpu(run.model, run.layout, stage)
-        state = model_state_bytes(params, run.layout, offloaded, architecture=run.hardware.architecture)
+        _, state = stage_state_bytes(run.model, run.layout, stage, offloaded, run.hardware.architecture)
         if state.weights + state.weight_copies + state.gradients > capacity:
             return False
     return True

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lcmoe.emit.bridge import overrides_text
-from lcmoe.emit.megatron_lm import megatron_lm_args
+from lcmoe.emit.megatron_lm import megatron_lm_text
 from lcmoe.emit.writer import atomic_write_text, install_directory
 from lcmoe.estimate.memory import shipped_coefficients
 from lcmoe.estimate.time import shipped_time_coefficients
@@ -69,7 +69,7 @@ def build_report(
         fitting_points=list(result.fitting_points),
         sweep=sweep,
         overrides=overrides_text(best) if best else "(no plan fits)",
-        megatron_args="\n".join(megatron_lm_args(best)) if best else "(no plan fits)",
+        megatron_args=megatron_lm_text(best) if best else "(no plan fits)",
         accuracy=accuracy_figures(request, calibration),
         rules=titles,
     )

@@ -230,6 +230,21 @@ def _dp_instances(r: RunConfig) -> str | None:
     return None
 
 
+def _lora(r: RunConfig) -> str | None:
+    opt = r.options
+    if not opt.is_lora:
+        return None
+    from lcmoe.estimate.params import lora_adapters
+
+    layers = range(r.model.num_layers)
+    adapters = [a for layer in layers for a in lora_adapters(r.model, layer, opt.lora_targets)]
+    if not adapters:
+        return f"LoRA targets {','.join(sorted(opt.lora_targets))} match no module of {r.model.name}"
+    if any(a.column and not a.expert for a in adapters) and opt.lora_rank % r.layout.tp:
+        return f"LoRA rank {opt.lora_rank} does not split over TP = {r.layout.tp} (a column-parallel LoRA-A)"
+    return None
+
+
 RULES: tuple[LegalityRule, ...] = (
     LegalityRule(
         "L-WORLD-EP-FOLD", "mcore parallel_state.py:868-884", "choose EP·ETP·PP that divides the GPU count", _world
@@ -312,6 +327,13 @@ RULES: tuple[LegalityRule, ...] = (
     ),
     LegalityRule(
         "L-OPTIMIZER-INSTANCES", "mcore parallel_state.py:922-927", "use instances dividing DP·CP", _dp_instances
+    ),
+    LegalityRule(
+        "L-LORA",
+        "bridge peft/lora.py LoRA.transform, peft/utils.py ParallelLinearAdapter; mcore tensor_parallel/layers.py "
+        "ColumnParallelLinear (divide(output_size, tp))",
+        "target modules the model has (an MLA layer has no linear_qkv) and a rank divisible by TP",
+        _lora,
     ),
 )
 
