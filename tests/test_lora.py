@@ -185,3 +185,9 @@ def test_estimate_and_plan_take_peft_flags(tmp_path: object) -> None:
     from lcmoe.config_io.plan_json import run_from_plan
 
     assert run_from_plan(doc).options.is_lora
+    code, out, _ = run_cli("sweep", "-m", "qwen3-30b-a3b", "-n", "8", "--seq-lens", "8k", "--peft", "lora", "--json")
+    assert code == 0 and json.loads(out)["sweep"][0]["plan"]["peft"]["scheme"] == "lora"
+    from lcmoe.plan.format import peft_text
+
+    assert peft_text(doc["inputs"]["peft"]).startswith("LoRA finetuning: frozen base, rank 32 adapters on linear_fc1")
+    assert peft_text(None) == ""

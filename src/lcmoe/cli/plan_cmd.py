@@ -11,7 +11,7 @@ from rich.table import Table
 
 from lcmoe.cli import run_options as ro
 from lcmoe.cli.common import EXIT_FINDINGS, JSON, print_json, resolve_hardware, resolve_model, stderr, stdout
-from lcmoe.plan.format import PLAN_COLUMNS, labelled_rows, layout_text, recompute_text
+from lcmoe.plan.format import PLAN_COLUMNS, labelled_rows, layout_text, peft_text, recompute_text
 from lcmoe.plan.payload import plan_payload
 
 GBS = typer.Option(None, "--gbs", min=1, help="target global batch (rounded to a legal multiple)")
@@ -234,6 +234,10 @@ def report(
     scaleout_gbps: float = ro.SCALEOUT,
     gpus_per_node: int = ro.PER_NODE,
     calibration: Path = ro.CALIBRATION,
+    peft: str = ro.PEFT,
+    lora_rank: int = ro.LORA_RANK,
+    lora_targets: str = ro.LORA_TARGETS,
+    lora_input_regather: bool = ro.LORA_REGATHER,
     json_output: bool = typer.Option(False, "--json", help="print the plan JSON the report shows"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the written paths"),
 ) -> None:
@@ -256,6 +260,7 @@ def report(
         scaleout_gbps,
         gpus_per_node,
         calibration,
+        ro.peft_options(peft, lora_rank, lora_targets, lora_input_regather),
     )
     result = _search_or_min_gpus(request, quiet or json_output)
     written = _write_report(request, result, out, sweep_lengths, calibration)
@@ -290,9 +295,8 @@ def render_plans(payload: dict[str, Any]) -> None:
         f"tokens: searched {payload['searched']} candidates, {payload['legal']} legal, "
         f"{payload['fit']} fit (margin {100 * inputs['memory_margin']:.0f}%)"
     )
-    peft = inputs.get("peft")
-    if peft:
-        stdout.print(f"LoRA finetuning: frozen base, rank {peft['rank']} adapters on {', '.join(peft['targets'])}")
+    if inputs.get("peft"):
+        stdout.print(peft_text(inputs["peft"]))
     if not payload["plans"]:
         need = payload.get("min_gpus_needed")
         stdout.print(
@@ -340,6 +344,10 @@ def sweep(
     scaleout_gbps: float = ro.SCALEOUT,
     gpus_per_node: int = ro.PER_NODE,
     calibration: Path = ro.CALIBRATION,
+    peft: str = ro.PEFT,
+    lora_rank: int = ro.LORA_RANK,
+    lora_targets: str = ro.LORA_TARGETS,
+    lora_input_regather: bool = ro.LORA_REGATHER,
     json_output: bool = JSON,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="one line per sequence length"),
 ) -> None:
@@ -367,6 +375,7 @@ def sweep(
             scaleout_gbps,
             gpus_per_node,
             calibration,
+            ro.peft_options(peft, lora_rank, lora_targets, lora_input_regather),
         )
         result = _progress_search(request, json_output)
         best = result.plans[0].as_dict() if result.plans else None

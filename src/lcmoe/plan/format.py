@@ -61,3 +61,10 @@ def labelled_rows(payload: dict[str, Any]) -> list[list[str]]:
     if payload.get("reference"):
         rows.append(plan_row("guidance", payload["reference"]))
     return rows
+
+
+def peft_text(peft: dict[str, Any] | None) -> str:
+    """One sentence for a LoRA plan ("" for full training), the same on every surface."""
+    if not peft:
+        return ""
+    return f"LoRA finetuning: frozen base, rank {peft['rank']} adapters on {', '.join(peft['targets'])}"

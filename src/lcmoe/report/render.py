@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from lcmoe.plan.format import PLAN_COLUMNS, labelled_rows, layout_text, recompute_text
+from lcmoe.plan.format import PLAN_COLUMNS, labelled_rows, layout_text, peft_text, recompute_text
 from lcmoe.report import plots
 
 GIB = 1024.0**3
@@ -124,6 +124,12 @@ def _assumptions(inputs: ReportInputs) -> list[str]:
         )
     if acc.get("calibration"):
         lines.append(f"Calibrated with {acc['calibration']}.")
+    if inputs_.get("peft"):
+        lines.append(
+            "LoRA: the five published Llama3-70B LoRA runs (and the five full-finetuning ones) ran ~15% slower "
+            "than predicted (tokens/s, not fitted; benchmarks/throughput_accuracy.py); the memory of the "
+            "frozen base and the adapters is derived, not fitted."
+        )
     return lines
 
 
@@ -172,6 +178,7 @@ def render_html(inputs: ReportInputs, figs: list[Figure]) -> str:
         f"<h1>{html.escape(title)}</h1>",
         f'<p class="muted">lcmoe {html.escape(str(payload["lcmoe_version"]))}: searched {payload["searched"]} '
         f"candidates, {payload['legal']} legal, {payload['fit']} fit.</p>",
+        *([f"<p>{html.escape(peft_text(meta['peft']))}.</p>"] if meta.get("peft") else []),
         "<h2>Plans, fastest first</h2>",
     ]
     if payload["plans"]:
@@ -243,6 +250,7 @@ def render_markdown(inputs: ReportInputs, figs: list[Figure], plots_dir: str) ->
         f"lcmoe {payload['lcmoe_version']}: searched {payload['searched']} candidates, {payload['legal']} legal, "
         f"{payload['fit']} fit.",
         "",
+        *([peft_text(meta["peft"]) + ".", ""] if meta.get("peft") else []),
         "## Plans, fastest first",
         "",
         _md_table(PLAN_COLUMNS, labelled_rows(payload)) if payload["plans"] else "No layout fits.",
