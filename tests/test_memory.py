@@ -157,9 +157,10 @@ def _peak_activation(run) -> float:  # type: ignore[no-untyped-def]
     return max(s.activations for s in memory.stages)
 
 
+@pytest.mark.parametrize("peft", ["none", "lora"])
 @pytest.mark.parametrize("model", ["deepseek-v3", "qwen3-235b-a22b", "gpt-oss-120b", "qwen3-next-80b-a3b"])
-def test_more_cp_never_raises_activation_memory(model: str) -> None:
-    base = make_run(model, seq_len=65536, tp=1, cp=2, ep=8, pp=4, vpp=1, gpus=256)
+def test_more_cp_never_raises_activation_memory(model: str, peft: str) -> None:
+    base = make_run(model, seq_len=65536, tp=1, cp=2, ep=8, pp=4, vpp=1, gpus=256, peft=peft)
     previous = _peak_activation(base)
     for cp in (4, 8, 16):
         current = _peak_activation(with_layout(base, cp=cp, dp=256 // (cp * 4)))
@@ -167,10 +168,11 @@ def test_more_cp_never_raises_activation_memory(model: str) -> None:
         previous = current
 
 
-def test_recompute_never_raises_memory() -> None:
+@pytest.mark.parametrize("peft", ["none", "lora"])
+def test_recompute_never_raises_memory(peft: str) -> None:
     from lcmoe.plan.search import recompute_ladder
 
-    run = make_run()
+    run = make_run(peft=peft)
     peaks = []
     for granularity, modules in recompute_ladder(run.model):
         r = with_options(run, recompute_granularity=granularity, recompute_modules=modules)
@@ -181,8 +183,9 @@ def test_recompute_never_raises_memory() -> None:
     assert peaks[-1] == min(peaks)  # full recompute stores least
 
 
-def test_offload_lowers_gpu_and_raises_host_memory() -> None:
-    run = make_run()
+@pytest.mark.parametrize("peft", ["none", "lora"])
+def test_offload_lowers_gpu_and_raises_host_memory(peft: str) -> None:
+    run = make_run(peft=peft)
     before = estimate_memory(run.model, run.hardware, run.layout, run.options)
     after_run = with_options(run, optimizer_offload_fraction=0.5)
     after = estimate_memory(after_run.model, after_run.hardware, after_run.layout, after_run.options)
@@ -190,18 +193,21 @@ def test_offload_lowers_gpu_and_raises_host_memory() -> None:
     assert after.host_bytes_per_gpu > before.host_bytes_per_gpu == 0
 
 
-def test_components_sum_to_totals() -> None:
-    run = make_run()
+@pytest.mark.parametrize("peft", ["none", "lora"])
+def test_components_sum_to_totals(peft: str) -> None:
+    run = make_run(peft=peft)
     memory = estimate_memory(run.model, run.hardware, run.layout, run.options)
     for stage in memory.stages:
         reserved_extra = stage.fragmentation + stage.cuda_context + stage.nccl_buffers + stage.dispatcher_buffers
         assert stage.peak_reserved == pytest.approx(stage.peak_allocated + reserved_extra)
         allocated_parts = stage.weights + stage.gradients + stage.optimizer + stage.workspace + stage.cuda_graphs
         assert stage.peak_allocated >= allocated_parts
+        assert sum(stage.components().values()) == pytest.approx(stage.peak_reserved)
 
 
-def test_first_step_never_exceeds_steady_state() -> None:
-    run = make_run()
+@pytest.mark.parametrize("peft", ["none", "lora"])
+def test_first_step_never_exceeds_steady_state(peft: str) -> None:
+    run = make_run(peft=peft)
     first = estimate_memory(run.model, run.hardware, run.layout, run.options, first_step=True)
     steady = estimate_memory(run.model, run.hardware, run.layout, run.options)
     assert first.peak_allocated_bytes <= steady.peak_allocated_bytes
