@@ -89,7 +89,7 @@ def nemo_run_script(run: RunConfig, settings: LaunchSettings) -> str:
     if run.options.is_lora:
         imports = "import os\n\n" + imports
         checkpoint = f'\nOVERRIDES.append("checkpoint.pretrained_checkpoint=" + os.environ["{CHECKPOINT_VARIABLE}"])'
-
+    recipe = ", ".join(repr(arg) for arg in recipe_args(run, settings))
     env = {name: value for name, (value, _) in environment(run).items()} | dict(settings.extra_env)
     gpus_per_node = run.hardware.gpus_per_node
     nodes = -(-run.num_gpus // gpus_per_node)
@@ -111,7 +111,7 @@ executor = run.SlurmExecutor(
     env_vars=ENV,
     tunnel=run.LocalTunnel(job_dir="./nemo_run_jobs"),
 )
-script = run.Script(path="scripts/training/run_recipe.py", args=[*{recipe_args(run, settings)!r}, *OVERRIDES])
+script = run.Script(path="scripts/training/run_recipe.py", args=[{recipe}, *OVERRIDES])
 
 if __name__ == "__main__":
     run.run(script, executor=executor, name={settings.job_name!r})
