@@ -10,6 +10,7 @@ from rich.table import Table
 
 from lcmoe.cli import run_options as ro
 from lcmoe.cli.common import EXIT_FINDINGS, JSON, abort, print_json, stdout
+from lcmoe.plan.format import peft_text
 
 # Allocated components sum to "peak allocated"; adding the reserved-only ones gives "peak reserved".
 ALLOCATED_COMPONENTS = (
@@ -149,11 +150,7 @@ def render_estimate(result: dict[str, Any], *, quiet: bool = False) -> None:
         f"TP{layout['tp']} CP{layout['cp']} EP{layout['ep']} ETP{layout['etp']} PP{layout['pp']} "
         f"VPP{layout['vpp']} DP{layout['dp']} EDP{layout['edp']} MBS{layout['mbs']} GBS{layout['gbs']} "
         f"(GA {layout['ga']}), {inputs['precision']}, recompute {inputs['recompute']}"
-        + (
-            f", LoRA r{peft['rank']} on {','.join(peft['targets'])} (frozen base)"
-            if (peft := inputs.get("peft"))
-            else ""
-        )
+        + (f"; {peft_text(inputs['peft'])}" if inputs.get("peft") else "")
     )
     table = Table(title="per-GPU memory by pipeline stage (GiB; worst GPU of each stage)")
     table.add_column("component")

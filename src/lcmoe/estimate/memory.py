@@ -312,15 +312,23 @@ def model_state_bytes(
     )
 
 
+def stage_trained_params_per_gpu(
+    model: ModelSpec, layout: ParallelLayout, stage: PipelineStage, options: TrainingOptions
+) -> StageParams:
+    """The parameters that train on one GPU of a stage: all of them, or under LoRA the adapters."""
+    if options.is_lora:
+        return stage_lora_params_per_gpu(model, layout, stage, options)
+    return stage_params_per_gpu(model, layout, stage)
+
+
 def stage_state_bytes(
     model: ModelSpec, layout: ParallelLayout, stage: PipelineStage, options: TrainingOptions, architecture: str
 ) -> tuple[StageParams, ModelState]:
-    """(trainable parameters, model state) of one GPU of a stage: every parameter trains, or
-    under LoRA only the adapters."""
+    """(trained parameters, model state) of one GPU of a stage (``stage_trained_params_per_gpu``)."""
     params = stage_params_per_gpu(model, layout, stage)
     if not options.is_lora:
         return params, model_state_bytes(params, layout, options, architecture=architecture)
-    adapters = stage_lora_params_per_gpu(model, layout, stage, options)
+    adapters = stage_trained_params_per_gpu(model, layout, stage, options)
     return adapters, model_state_bytes(params, layout, options, architecture=architecture, trainable=adapters)
 
 
@@ -972,7 +980,8 @@ def stage_memory(
     workspace = c.workspace_bytes + te_workspace_bytes(model, options, architecture)
 
     # DDP/optimizer buffers are padded and bucketed; the fitted fraction covers that bookkeeping.
-    static = state.weights + state.gradients + state.optimizer + state.buffered * c.state_overhead_fraction
+    overhead = state.buffered * c.state_overhead_fraction
+    static = state.weights + state.gradients + state.optimizer + overhead
     moments = state.optimizer_moments * (1.0 + c.state_overhead_fraction)
     # The loss stage peaks while the logits buffers are live (no layer is in backward then);
     # every other moment of every stage peaks in a layer's backward (its working set plus the
@@ -988,7 +997,6 @@ def stage_memory(
     forward_backward = persistent - moments + dynamic if first_step else persistent + dynamic
     optimizer_step = persistent + pinned + grad_copies
     peak_allocated = max(forward_backward, optimizer_step)
-    overhead = state.buffered * c.state_overhead_fraction
     optimizer_live = state.optimizer
     logits_live, transient_live = (logits, 0.0) if logits >= transient else (0.0, transient)
     activations_live = activations

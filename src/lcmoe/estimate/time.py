@@ -49,8 +49,7 @@ from lcmoe.estimate.flops import (
 from lcmoe.estimate.memory import (
     BF16,
     layer_activation_bytes,
-    stage_lora_params_per_gpu,
-    stage_params_per_gpu,
+    stage_trained_params_per_gpu,
     token_shape,
 )
 from lcmoe.estimate.params import LayerSignature, attention_kind, layer_signature, lora_adapters
@@ -667,11 +666,7 @@ def _stage_amounts(
         logits = passes * model.hidden_size * model.padded_vocab_size(layout.tp) * (1 + stage.mtp_layers) * tokens
     shape = token_shape(layout, options)
     pp_bytes = 2 * shape.tokens * model.hidden_size * BF16 / shape.sp if layout.pp > 1 else 0.0
-    params = (
-        stage_lora_params_per_gpu(model, layout, stage, options)
-        if options.is_lora
-        else stage_params_per_gpu(model, layout, stage)
-    )
+    params = stage_trained_params_per_gpu(model, layout, stage, options)
     grad_bytes = 4.0 if options.main_grads_dtype == "fp32" else 2.0
     dense_dp, edp = layout.dp * layout.cp, max(layout.edp, 1)
     dp_bytes = (

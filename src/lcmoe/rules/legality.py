@@ -234,10 +234,11 @@ def _lora(r: RunConfig) -> str | None:
     opt = r.options
     if not opt.is_lora:
         return None
-    from lcmoe.estimate.params import lora_adapters
+    from lcmoe.estimate.params import layer_signature, lora_adapters
 
-    layers = range(r.model.num_layers)
-    adapters = [a for layer in layers for a in lora_adapters(r.model, layer, opt.lora_targets)]
+    # Adapters depend on a layer's signature only: one decoder layer per signature is enough.
+    firsts = {layer_signature(r.model, layer): layer for layer in reversed(range(r.model.num_layers))}
+    adapters = [a for layer in firsts.values() for a in lora_adapters(r.model, layer, opt.lora_targets)]
     if not adapters:
         return f"LoRA targets {','.join(sorted(opt.lora_targets))} match no module of {r.model.name}"
     if any(a.column and not a.expert for a in adapters) and opt.lora_rank % r.layout.tp:
