@@ -101,6 +101,19 @@ def test_frozen_linears_keep_no_inputs_and_adapters_keep_theirs() -> None:
     assert fc2_bytes - full_bytes == pytest.approx(-2 * t * h - 2 * t * h + 2 * t * r)
 
 
+def test_a_moe_layers_qkv_adapter_keeps_its_own_input() -> None:
+    """In a MoE layer only the shared expert's fc1 adapter reads the norm output the router keeps;
+    the linear_qkv adapter reads the attention norm's output and stores it (2·T·h, TP1), plus its
+    rank-r output (2·T·r)."""
+    run = with_options(make_run("qwen3-30b-a3b", seq_len=4096, cp=1, ep=8, pp=1, vpp=1, gpus=8), peft="lora")
+    t, h = 4096, 2048
+    shape = token_shape(run.layout, run.options)
+    qkv = replace(run.options, lora_targets=QKV)
+    proj = replace(run.options, lora_targets=frozenset({"linear_proj"}))
+    difference = layer_activation_bytes(run.model, 0, shape, qkv) - layer_activation_bytes(run.model, 0, shape, proj)
+    assert difference == pytest.approx(2 * t * h)  # both keep their 2·T·r LoRA-A output
+
+
 def test_lora_needs_less_than_full_training_and_regather_never_more() -> None:
     for tp in (1, 2, 4):
         run = make_run("qwen3-30b-a3b", "h100", seq_len=32768, tp=tp, cp=1, ep=8, pp=1, vpp=1, gpus=16)

@@ -634,7 +634,9 @@ def lora_activation_bytes(model: ModelSpec, layer: int, shape: TokenShape, optio
             if options.recomputes("core_attn") or model.attention_output_gate:
                 stored += BF16 * t * adapter.in_features / shape.tp
         elif adapter.column:
-            shares_router_input = is_moe and shape.sp == gathered
+            # Only the shared expert's fc1 reads the MoE norm output; linear_qkv reads the
+            # attention norm's, which nothing else keeps.
+            shares_router_input = is_moe and adapter.target == "linear_fc1" and shape.sp == gathered
             if not shares_router_input:
                 stored += BF16 * t * adapter.in_features / gathered
         else:
