@@ -43,13 +43,17 @@ RECIPES = {
 PEFT_RECIPE_MODELS = frozenset(RECIPES) - {"deepseek-v3", "kimi-k2"}
 
 
-def recipe_for(model: ModelSpec, options: TrainingOptions) -> str:
-    """The Bridge recipe a run launches from: the model's pretraining recipe, or under LoRA its
-    ``<stem>_peft_config`` (launched with ``--mode lora``)."""
+def recipe_name(model: ModelSpec, options: TrainingOptions) -> str:
+    """The model's pretraining recipe, or under LoRA its ``<stem>_peft_config`` (whether Bridge
+    ships one or not: ``recipe_for`` checks)."""
     recipe = RECIPES.get(model.name, "your_recipe_config")
-    if not options.is_lora:
-        return recipe
-    if model.name not in PEFT_RECIPE_MODELS:
+    return peft_recipe_name(recipe) if options.is_lora else recipe
+
+
+def recipe_for(model: ModelSpec, options: TrainingOptions) -> str:
+    """The Bridge recipe a run launches from (``recipe_name``; a LoRA run is launched with
+    ``--mode lora``), refused for a LoRA model Bridge has no PEFT recipe for."""
+    if options.is_lora and model.name not in PEFT_RECIPE_MODELS:
         raise LcmoeError(
             "peft",
             "lora",
@@ -57,7 +61,7 @@ def recipe_for(model: ModelSpec, options: TrainingOptions) -> str:
             f"{', '.join(sorted(PEFT_RECIPE_MODELS))})",
             "write the LoRA config yourself from the emitted overrides, or plan full training",
         )
-    return peft_recipe_name(recipe)
+    return recipe_name(model, options)
 
 
 def peft_recipe_name(recipe: str) -> str:
@@ -92,8 +96,7 @@ def ep_overlap_key(model: ModelSpec, options: TrainingOptions) -> str:
     field at start-up when the recipe has a CommOverlapConfig (comm_overlap.py:438, 604-619);
     without one, runtime_config_update never calls it (config.py:1883) and the model field
     (MCore TransformerConfig.overlap_moe_expert_parallel_comm) is what runs."""
-    recipe = RECIPES.get(model.name, "")
-    if not recipe_has_comm_overlap(peft_recipe_name(recipe) if options.is_lora else recipe):
+    if not recipe_has_comm_overlap(recipe_name(model, options)):
         return "model.overlap_moe_expert_parallel_comm"
     return "comm_overlap.overlap_moe_expert_parallel_comm"
 
