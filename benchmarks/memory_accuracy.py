@@ -96,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
             f"({points['n_cannot_model']} rows cannot be modelled); predicted more than 5% from capacity: "
             f"{points['n_decisive']} rows, agreement {100 * points['fit_agreement_decisive']:.0f}%"
         )
+        print(
+            f"  with the at-risk verdict (a fit inside the estimator's error band): documented OOMs "
+            f"predicted OOM or at risk {points['n_oom_predicted_oom_or_at_risk']}/{points['n_oom_documented']}; "
+            f"documented fits flagged at risk {points['n_fits_predicted_at_risk']}/{points['n_fits_documented']}"
+        )
         if points["measured_peaks_n"]:
             median_err, max_err = points["measured_peaks_median_abs_pct_err"], points["measured_peaks_max_abs_pct_err"]
             print(

@@ -346,14 +346,16 @@ def evaluate_points(path: str, *, verbose: bool = True) -> dict[str, Any]:
                 "peak_reserved_gib": estimate.peak_reserved_bytes / 2**30,
                 "capacity_gib": estimate.capacity_bytes / 2**30,
                 "agree": predicted == row["outcome"],
+                "oom_risk": estimate.oom_risk,
             }
         )
     if verbose:
         for r in results:
             mark = "ok  " if r["agree"] else "MISS"
             allocator = "" if r["expandable_segments"] else " (no expandable segments)"
+            risk = " at risk" if r["oom_risk"] else ""
             print(
-                f"{mark} documented {r['documented']:4s} predicted {r['predicted']:4s} "
+                f"{mark} documented {r['documented']:4s} predicted {r['predicted'] + risk:12s} "
                 f"{r['peak_reserved_gib']:7.1f}/{r['capacity_gib']:.0f} GiB  {r['row']}{allocator}"
             )
     measured_rows = [r for r in results if r["measured_allocated_gib"] or r["measured_reserved_gib"]]
@@ -384,7 +386,14 @@ def evaluate_points(path: str, *, verbose: bool = True) -> dict[str, Any]:
         for err in (r["measured_err_pct"], r["measured_reserved_err_pct"])
         if err is not None
     ]
+    # The three-way verdict the CLI prints: a "fits" inside the estimator's error band is at risk.
+    ooms = [r for r in results if r["documented"] == "oom"]
+    fitting = [r for r in results if r["documented"] == "fits"]
     return {
+        "n_oom_documented": len(ooms),
+        "n_oom_predicted_oom_or_at_risk": sum(r["predicted"] == "oom" or bool(r["oom_risk"]) for r in ooms),
+        "n_fits_documented": len(fitting),
+        "n_fits_predicted_at_risk": sum(bool(r["oom_risk"]) for r in fitting),
         "n_modelled": len(results),
         "n_agree": agree,
         "fit_agreement": agree / len(results) if results else 0.0,

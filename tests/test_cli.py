@@ -100,7 +100,7 @@ def test_estimate_json_has_the_documented_keys() -> None:
     )
     assert code in (0, 1)
     payload = json.loads(out)
-    for key in ("peak_allocated_bytes", "peak_reserved_bytes", "fits", "stages"):
+    for key in ("peak_allocated_bytes", "peak_reserved_bytes", "fits", "oom_risk", "error_band_pct", "stages"):
         assert key in payload["memory"]
     for key in ("step_seconds", "tokens_per_sec_per_gpu", "model_tflops_per_gpu", "mfu", "breakdown"):
         assert key in payload["time"]

@@ -378,6 +378,10 @@ def test_memory_points_verdicts(reference: Path) -> None:
     points = evaluate_points(str(reference / "memory_points.csv"), verbose=False)
     misses = sorted(r["row"].split(" ")[0] for r in points["results"] if not r["agree"])
     assert misses == sorted(["DeepSeekV3", "LLAMA3_70B", "Nemotron", "Qwen3_Next_80B_a3B"] + ["Qwen3-30B-A3B"] * 4)
+    # Every miss predicted within 5% of capacity carries the at-risk verdict the CLI prints.
+    close = [r for r in points["results"] if not r["agree"] and r["peak_reserved_gib"] > 0.95 * r["capacity_gib"]]
+    assert len(close) == 4 and all(r["oom_risk"] for r in close)
+    assert points["n_oom_predicted_oom_or_at_risk"] == points["n_oom_documented"] - 4
     # Reserved adds fragmentation, which varies more: Nemotron-3 Super's PP2 run (40 microbatches
     # in flight) reserves 21% over its allocated peak, expandable segments and all.
     for r in points["results"]:
@@ -512,3 +516,55 @@ def test_torch_reserved_is_allocated_plus_fragmentation() -> None:
     assert memory.peak_torch_reserved_bytes == max(s.peak_allocated + s.fragmentation for s in memory.stages)
     assert memory.peak_allocated_bytes < memory.peak_torch_reserved_bytes < memory.peak_reserved_bytes
     assert memory.as_dict()["peak_torch_reserved_bytes"] == memory.peak_torch_reserved_bytes
+
+
+def test_oom_risk_is_a_fit_inside_the_error_band() -> None:
+    """A verdict is "at risk" when it fits but the reserved peak raised by the estimator's held-out
+    p90 error (the shipped fit record) would not; an OOM is never "at risk", and without a fit
+    record there is no band."""
+    from dataclasses import replace as dc_replace
+
+    from lcmoe.estimate.memory import MemoryCoefficients, MemoryEstimate, shipped_coefficients
+
+    shipped = shipped_coefficients()
+    cv = shipped.fit["grouped_5fold_cv"]
+    assert isinstance(cv, dict)
+    assert shipped.error_band == pytest.approx(cv["p90_abs_pct_err"] / 100)
+    assert 0.0 < shipped.error_band < 0.2
+    assert MemoryCoefficients().error_band == 0.0
+
+    run = make_run("qwen3-30b-a3b", "h100", seq_len=4096, cp=1, ep=8, pp=1, vpp=1, gpus=8)
+    memory = estimate_memory(run.model, run.hardware, run.layout, run.options)
+    assert memory.error_band == shipped.error_band
+    peak = memory.peak_reserved_bytes
+
+    def at(capacity: float, band: float = 0.1) -> MemoryEstimate:
+        return dc_replace(memory, capacity_bytes=capacity, error_band=band)
+
+    assert at(1.2 * peak).oom_risk is False  # 20% headroom, band 10%
+    assert at(1.05 * peak).oom_risk is True and at(1.05 * peak).fits()
+    assert at(0.99 * peak).oom_risk is False and not at(0.99 * peak).fits()
+    assert at(1.05 * peak, band=0.0).oom_risk is False
+    record = at(1.05 * peak).as_dict()
+    assert record["oom_risk"] is True and record["error_band_pct"] == pytest.approx(10.0)
+
+
+def test_at_risk_mark_in_the_plan_table() -> None:
+    from lcmoe.plan.format import AT_RISK, at_risk_note, plan_row
+
+    memory = {"peak_reserved_bytes": 75 * 1024**3, "capacity_bytes": 80 * 1024**3, "oom_risk": True}
+    plan = {
+        "memory": {**memory, "error_band_pct": 8.2},
+        "time": {"step_seconds": 1.0, "tokens_per_sec_per_gpu": 1.0, "model_tflops_per_gpu": 1.0, "mfu": 0.1},
+        "layout": {"tp": 1, "cp": 1, "ep": 8, "etp": 1, "pp": 1, "vpp": 1, "dp": 8, "mbs": 1, "gbs": 64},
+        "recompute": {"granularity": "none", "modules": []},
+        "precision": "bf16",
+        "dispatcher": "alltoall",
+        "cuda_graph_scope": [],
+        "optimizer_offload_fraction": 0.0,
+    }
+    assert plan_row("1", plan)[7] == "75.0 / 80" + AT_RISK
+    assert "8.2% error band" in at_risk_note({"plans": [plan]})
+    safe = {**plan, "memory": {**plan["memory"], "oom_risk": False}}
+    assert plan_row("1", safe)[7] == "75.0 / 80"
+    assert at_risk_note({"plans": [safe], "fallback": None}) == ""

@@ -146,7 +146,8 @@ def check(
     if json_output:
         print_json(result)
     elif quiet:
-        fits = "" if errors else ("fits" if result["memory"]["fits"] else "OOM")
+        memory = result.get("memory", {})
+        fits = "" if errors else ("OOM" if not memory["fits"] else "fits, at risk" if memory["oom_risk"] else "fits")
         stdout.print(f"{len(errors)} errors, {len(warnings)} warnings {fits}".strip(), highlight=False)
     else:
         _render(result)

@@ -181,10 +181,16 @@ def verdict_line(memory: dict[str, Any]) -> str:
     capacity = memory["capacity_bytes"]
     peak = memory["peak_reserved_bytes"]
     if memory["fits"]:
-        return (
-            f"[green]fits[/]: worst stage {memory['worst_stage']} peaks at {_gib(peak)} GiB of {_gib(capacity)} GiB "
+        line = (
+            f"worst stage {memory['worst_stage']} peaks at {_gib(peak)} GiB of {_gib(capacity)} GiB "
             f"({_gib(capacity - peak)} GiB headroom)"
         )
+        if memory.get("oom_risk"):
+            return (
+                f"[yellow]fits, at risk[/]: {line}, less than the estimator's "
+                f"{memory['error_band_pct']:.1f}% error band (its held-out 90th percentile): it may OOM"
+            )
+        return f"[green]fits[/]: {line}"
     return (
         f"[red]OOM[/] at stage {memory['worst_stage']} by {_gib(peak - capacity)} GiB "
         f"({_gib(peak)} GiB needed, {_gib(capacity)} GiB on the GPU)"

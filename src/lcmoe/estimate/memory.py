@@ -76,6 +76,15 @@ class MemoryCoefficients:
     nccl_buffer_bytes: float = 0.5 * 1024**3
     fit: dict[str, object] = field(default_factory=dict)
 
+    @property
+    def error_band(self) -> float:
+        """How far a prediction may be from the measured peak: the 90th-percentile absolute error
+        on the rows each fold did not see (``fit.grouped_5fold_cv.p90_abs_pct_err`` / 100, written
+        by fit_memory.py); 0 when the coefficients carry no fit record."""
+        cv = self.fit.get("grouped_5fold_cv")
+        p90 = cv.get("p90_abs_pct_err") if isinstance(cv, dict) else None
+        return float(p90) / 100 if isinstance(p90, int | float) else 0.0
+
 
 @functools.cache
 def shipped_coefficients() -> MemoryCoefficients:
@@ -855,6 +864,7 @@ class MemoryEstimate:
     stages: tuple[StageMemory, ...]
     capacity_bytes: float
     host_capacity_bytes: float
+    error_band: float = 0.0
 
     @property
     def worst(self) -> StageMemory:
@@ -886,6 +896,14 @@ class MemoryEstimate:
             and self.host_bytes_per_gpu <= self.host_capacity_bytes
         )
 
+    @property
+    def oom_risk(self) -> bool:
+        """Predicted to fit, but by less than the estimator's own error: the reserved peak raised by
+        ``error_band`` (the held-out 90th-percentile error) would not fit. Such a verdict cannot
+        be trusted either way; every documented OOM that lcmoe predicts to fit within 5% of
+        capacity in memory_points.csv is one (benchmarks/memory_accuracy.py)."""
+        return self.fits() and self.peak_reserved_bytes * (1.0 + self.error_band) > self.capacity_bytes
+
     def as_dict(self) -> dict[str, object]:
         worst = self.worst
         return {
@@ -895,6 +913,8 @@ class MemoryEstimate:
             "capacity_bytes": self.capacity_bytes,
             "headroom_bytes": self.capacity_bytes - self.peak_reserved_bytes,
             "fits": self.fits(),
+            "oom_risk": self.oom_risk,
+            "error_band_pct": 100 * self.error_band,
             "worst_stage": worst.stage,
             "host_bytes_per_gpu": self.host_bytes_per_gpu,
             "stages": [
@@ -1190,4 +1210,4 @@ def estimate_memory(
     )
     capacity = hardware.hbm_bytes if hardware else float("inf")
     host = hardware.host_memory_bytes if hardware else float("inf")
-    return MemoryEstimate(stages_memory, capacity, host)
+    return MemoryEstimate(stages_memory, capacity, host, coeffs.error_band)

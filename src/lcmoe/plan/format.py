@@ -22,6 +22,22 @@ PLAN_COLUMNS = (
 )
 
 
+# Marks a peak that fits by less than the estimator's error band (MemoryEstimate.oom_risk).
+AT_RISK = " !"
+
+
+def at_risk_note(payload: dict[str, Any]) -> str:
+    """The footnote for AT_RISK, when a listed plan carries it ("" otherwise)."""
+    listed = [*payload["plans"], payload.get("fallback"), payload.get("reference")]
+    marked = [p["memory"] for p in listed if p and p["memory"].get("oom_risk")]
+    if not marked:
+        return ""
+    return (
+        f"{AT_RISK.strip()} fits by less than the estimator's {marked[0]['error_band_pct']:.1f}% error band "
+        "(its held-out 90th percentile): it may OOM; the fallback is picked for headroom"
+    )
+
+
 def layout_text(layout: dict[str, Any]) -> str:
     return (
         f"TP{layout['tp']} CP{layout['cp']} EP{layout['ep']} ETP{layout['etp']} PP{layout['pp']} "
@@ -45,7 +61,8 @@ def plan_row(label: str, p: dict[str, Any]) -> list[str]:
         p["dispatcher"],
         ",".join(p["cuda_graph_scope"]) or "-",
         f"{p['optimizer_offload_fraction']:g}",
-        f"{mem['peak_reserved_bytes'] / GIB:.1f} / {mem['capacity_bytes'] / GIB:.0f}",
+        f"{mem['peak_reserved_bytes'] / GIB:.1f} / {mem['capacity_bytes'] / GIB:.0f}"
+        + (AT_RISK if mem.get("oom_risk") else ""),
         f"{time['step_seconds']:.2f}",
         f"{time['tokens_per_sec_per_gpu']:.0f}",
         f"{time['model_tflops_per_gpu']:.0f}",

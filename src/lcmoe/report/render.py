@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from lcmoe.plan.format import PLAN_COLUMNS, labelled_rows, layout_text, peft_text, recompute_text
+from lcmoe.plan.format import PLAN_COLUMNS, at_risk_note, labelled_rows, layout_text, peft_text, recompute_text
 from lcmoe.report import plots
 
 GIB = 1024.0**3
@@ -183,6 +183,9 @@ def render_html(inputs: ReportInputs, figs: list[Figure]) -> str:
     ]
     if payload["plans"]:
         parts.append(_table(PLAN_COLUMNS, labelled_rows(payload)))
+        note = at_risk_note(payload)
+        if note:
+            parts.append(f'<p class="muted">{html.escape(note)}.</p>')
     else:
         need = payload.get("min_gpus_needed")
         parts.append(f"<p>No layout fits; {'at least ' + str(need) + ' GPUs are needed' if need else 'add GPUs'}.</p>")
@@ -255,6 +258,9 @@ def render_markdown(inputs: ReportInputs, figs: list[Figure], plots_dir: str) ->
         "",
         _md_table(PLAN_COLUMNS, labelled_rows(payload)) if payload["plans"] else "No layout fits.",
     ]
+    note = at_risk_note(payload) if payload["plans"] else ""
+    if note:
+        out += ["", note + "."]
     by_name = {f.name: f for f in figs}
     for i, plan in enumerate(payload["plans"][:3]):
         out += ["", f"## Plan {i + 1}: {layout_text(plan['layout'])}", ""]
