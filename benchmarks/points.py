@@ -44,6 +44,7 @@ LABEL_TO_CATALOG = {
     "nemotron35lightning": "nemotron-3.5-lightning-30b-a3b",
     "nemotron3super": "nemotron-3-super-120b-a12b",
     "nemotron3super120ba12b": "nemotron-3-super-120b-a12b",
+    "glm52": "glm-5.2",
 }
 # Settings of the Bridge recipes that memory_points rows name ("recipe=NAME") but perf_recipes.csv
 # does not trace, read from the Bridge source (each row cites its file and lines).
@@ -239,6 +240,7 @@ def point_config(
         if "selective" in recompute
         else None
     )
+    full = "full" in recompute and modules is None
     offload = re.search(r"optimizer_offload_(\d+)pct", detail)
     # The graphs a row ran are the ones its configuration names (notes may name the fix instead);
     # a full-iteration graph captures everything, so no TE scope runs beside it.
@@ -281,6 +283,7 @@ def point_config(
             mbs=mbs,
             gbs=gbs,
             sequence_parallel=tp > 1,
+            cp_comm_type="all_gather" if model.is_dsa and cp > 1 else "p2p",  # DSA runs no other CP
             # Layers that do not split evenly over PP·VPP get the balanced layout Bridge's
             # recipes spell out (embedding and loss as stages of their own, as Megatron's
             # account_for_*_in_pipeline_split does).
@@ -289,10 +292,13 @@ def point_config(
         options = TrainingOptions(
             seq_len=stated("seq_len", "recipe_seq_len", 4096),
             precision=PRECISION.get(_key(row.get("precision") or recipe.get("precision_norm", "")), "bf16"),
-            recompute_granularity="selective" if modules else "none",
+            recompute_granularity="selective" if modules else "full" if full else "none",
             recompute_modules=modules or frozenset(),
             optimizer_offload_fraction=int(offload.group(1)) / 100 if offload else 0.0,
             dispatcher=dispatcher if dispatcher in ("deepep", "hybridep") else "alltoall",
+            # A recipe's full recompute is Bridge's uniform method over one layer at a time.
+            recompute_method="uniform",
+            recompute_num_layers=1,
             cuda_graph_scope=frozenset(scopes),
             megatron_fsdp=recipe.get("use_megatron_fsdp") == "True",
             activation_offload_modules=frozenset(

@@ -22,7 +22,8 @@ What a CPU box lacks, and what is done about it (shared/reference/dependencies.m
   module is stubbed (the kernels raise if called; validation never calls them).
 * GPU-only features are switched to their CPU stand-ins *after* the overrides, each recorded
   in the result: fused RoPE and fused permutation (need TE), the flex dispatcher (queries the GPU), the
-  precision-aware optimizer (needs TE's FusedAdam; FP32 dtypes instead). None of them changes
+  DSA kernel backend (cuDNN needs a device), the precision-aware optimizer (needs TE's FusedAdam; FP32
+  dtypes instead). None of them changes
   a parallel size, batch size or layout.
 * Recipes fetch ``config.json`` from the Hugging Face Hub: ``AutoBridge.from_hf_pretrained``
   is redirected to local directories (tests/data/hf), so nothing touches the network.
@@ -108,6 +109,9 @@ def _cpu_stand_ins(cfg: Any) -> list[str]:
     if getattr(cfg.model, "moe_token_dispatcher_type", None) == "flex":
         cfg.model.moe_token_dispatcher_type = "alltoall"
         changed.append("model.moe_token_dispatcher_type=alltoall (flex queries the GPU)")
+    if getattr(cfg.model, "dsa_kernel_backend", "none") != "none":
+        cfg.model.dsa_kernel_backend = "none"
+        changed.append("model.dsa_kernel_backend=none (cudnn/tilelang kernels need a CUDA device)")
     if getattr(cfg.optimizer, "use_precision_aware_optimizer", False):
         cfg.optimizer.use_precision_aware_optimizer = False
         for field in ("main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):

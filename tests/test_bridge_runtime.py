@@ -36,6 +36,7 @@ HF_DIRS = {
     "Qwen/Qwen3-30B-A3B": HERE / "data/hf/qwen3-30b-a3b",
     "Qwen/Qwen3-Next-80B-A3B-Instruct": HERE / "data/hf/qwen3-next-80b-a3b",
     "meta-llama/Meta-Llama-3-70B": HERE / "data/hf/llama3-70b",
+    "zai-org/GLM-5.2": HERE / "data/hf/glm-5.2",
 }
 # (model, GPU, GPUs, sequence length): the long-context requests the README and the guidance use.
 REQUESTS = (
@@ -97,6 +98,26 @@ def _lora_runs() -> list[tuple[str, RunConfig]]:
     return [("lora/qwen3-30b-a3b", qwen), ("lora/llama3-70b", llama)]
 
 
+def _dsa_runs() -> list[tuple[str, RunConfig]]:
+    """GLM-5.2 (DSA) as its card ran it: PP11 at 2K on 352 H100, and 200K with CP32 all-gather
+    (the only CP DSA runs) at PP19 on 608."""
+    spec = load_model("glm-5.2")
+    pretrain = with_layout(
+        make_run("glm-5.2", seq_len=2048, cp=1, ep=32, pp=11, vpp=1, gpus=352, gbs=1024, recompute_granularity="full"),
+        pipeline_layout=spec.recipe_pipeline_layouts["11x1"],
+    )
+    long_sft = with_layout(
+        make_run(
+            "glm-5.2", seq_len=200_000, cp=32, ep=32, pp=19, vpp=1, gpus=608, gbs=13, recompute_granularity="full"
+        ),
+        pipeline_layout=spec.recipe_pipeline_layouts["19x1"],
+        cp_comm_type="all_gather",
+    )
+    for run in (pretrain, long_sft):
+        assert violations(run) == []
+    return [("dsa/glm-5.2/pp11", pretrain), ("dsa/glm-5.2/cp32", long_sft)]
+
+
 def _plans() -> list[tuple[str, RunConfig]]:
     runs = []
     for model, gpu, gpus, seq in REQUESTS:
@@ -141,7 +162,7 @@ class Verdicts:
 def bridge(tmp_path_factory: pytest.TempPathFactory) -> Verdicts:
     """One Bridge process for every case: its import chain alone takes ~10 s."""
     tmp = tmp_path_factory.mktemp("bridge")
-    runs = dict([*_plans(), *[(f"feature{i}", r) for i, r in enumerate(_feature_runs())], *_lora_runs()])
+    runs = dict([*_plans(), *[(f"feature{i}", r) for i, r in enumerate(_feature_runs())], *_lora_runs(), *_dsa_runs()])
     cases = []
     for name, run in runs.items():
         cases += [_case(name, run, tmp), _case(name + "/yaml", run, tmp, as_yaml=True)]

@@ -22,6 +22,13 @@ def _gdn_with_cp() -> RunConfig:
     return make_run("qwen3-next-80b-a3b", seq_len=32768, tp=1, cp=2, ep=8, pp=1, vpp=1, gpus=64)
 
 
+def _dsa_with_cp() -> RunConfig:
+    run = make_run("glm-5.2", seq_len=65536, tp=1, cp=2, ep=32, pp=1, vpp=1, gpus=512)
+    # 0.16 has no top-k sharing fields: a GLM-5.2 that runs an indexer in every layer.
+    unshared = run.model.model_copy(update={"dsa_indexer_topk_freq": 1, "dsa_indexer_skip_topk_offset": 0})
+    return with_layout(replace(run, model=unshared), cp_comm_type="all_gather")
+
+
 KNOWN_BAD: list[tuple[str, Callable[[], RunConfig], str, str]] = [
     (
         "heads not divisible by TP",
@@ -36,6 +43,7 @@ KNOWN_BAD: list[tuple[str, Callable[[], RunConfig], str, str]] = [
         "num_moe_experts must be non None",
     ),
     ("Gated DeltaNet with CP on 0.16", _gdn_with_cp, "L-GDN-CP-VERSION", "context parallel"),
+    ("DSA with CP on 0.16", _dsa_with_cp, "L-DSA-VERSION", "context parallelism is not supported by DSAttention"),
     (
         "EP overlap with PP and no VPP",
         lambda: with_options(

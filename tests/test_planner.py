@@ -14,7 +14,7 @@ from lcmoe.rules.legality import violations
 from tests import megatron_core
 from tests.conftest import run_cli
 
-LARGE = {"deepseek-v3", "kimi-k2", "qwen3-235b-a22b", "llama3.1-405b", "mixtral-8x22b"}
+LARGE = {"deepseek-v3", "kimi-k2", "qwen3-235b-a22b", "llama3.1-405b", "mixtral-8x22b", "glm-5.2"}
 
 
 @pytest.mark.parametrize("gpu", ["h100", "gb200"])

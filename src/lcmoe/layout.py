@@ -13,6 +13,7 @@ Axes (Megatron-Core names; ``Axis`` glossary):
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from dataclasses import dataclass, field
 from enum import Enum
@@ -305,12 +306,42 @@ def layers_split_evenly(model: ModelSpec, pp: int, vpp: int) -> bool:
     return model.num_layers % (pp * vpp) == 0
 
 
+def needs_explicit_layout(model: ModelSpec, pp: int, vpp: int) -> bool:
+    """Whether Megatron's default even split cannot run the model at PP×VPP: the layers do not
+    divide, or a DSA model shares top-k indices and a chunk of the even split would start on a
+    layer that reuses an earlier one's (dsa.py: "Cross-PP top-k sharing is not supported")."""
+    if not layers_split_evenly(model, pp, vpp):
+        return True
+    if not model.shares_dsa_topk:
+        return False
+    per_chunk = model.num_layers // (pp * vpp)
+    return not all(model.has_dsa_indexer(start) for start in range(0, model.num_layers, per_chunk))
+
+
+def _snap_to_dsa_indexers(model: ModelSpec, counts: list[int]) -> list[int]:
+    """Move every chunk boundary to the nearest layer that computes DSA top-k (the later one on a
+    tie, never before the previous boundary; other models keep theirs); a chunk may end up empty,
+    as in Bridge's GLM-5.2 VPP layout."""
+    if not model.shares_dsa_topk:
+        return counts
+    starts = [layer for layer in range(model.num_layers) if model.has_dsa_indexer(layer)]
+    bounds, position = [0], 0
+    for count in counts[:-1]:
+        position += count
+        nearest = min(starts, key=lambda layer: (abs(layer - position), -layer))
+        bounds.append(max(nearest, bounds[-1]))
+    bounds.append(model.num_layers)
+    return [b - a for a, b in itertools.pairwise(bounds)]
+
+
 def auto_pipeline_layout(model: ModelSpec, pp: int, vpp: int = 1) -> str | None:
     """A balanced ``pipeline_model_parallel_layout`` for models whose layers do not split evenly
     (DeepSeek-V3's 61 + MTP). Embedding and loss each count as one layer of work and each MTP
     layer as one, as Bridge's recipe layouts do; the remainder goes to the middle stages so the
-    first and last stages (which also hold the embedding / output layer) stay lighter.
-    None when the stages cannot all hold at least one layer's worth."""
+    first and last stages (which also hold the embedding / output layer) stay lighter. A DSA
+    model that shares top-k indices has each boundary moved to the nearest layer that computes
+    them (``_snap_to_dsa_indexers``). None when the stages cannot all hold at least one layer's
+    worth."""
     stages = pp * vpp
     extra_last = 1 + model.mtp_num_layers
     total = model.num_layers + 1 + extra_last
@@ -325,6 +356,7 @@ def auto_pipeline_layout(model: ModelSpec, pp: int, vpp: int = 1) -> str | None:
     counts[-1] -= extra_last
     if min(counts) < 0 or sum(counts) != model.num_layers:
         return None
+    counts = _snap_to_dsa_indexers(model, counts)
     parts = []
     for index, count in enumerate(counts):
         text = "E" if index == 0 else ""

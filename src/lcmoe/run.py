@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lcmoe.errors import LcmoeError
-from lcmoe.layout import ParallelLayout, auto_pipeline_layout, layers_split_evenly
+from lcmoe.layout import ParallelLayout, auto_pipeline_layout, needs_explicit_layout
 from lcmoe.specs.hardware import HardwareSpec
 from lcmoe.specs.model import ModelSpec
 from lcmoe.workload import RECOMPUTE_MODULES, RecomputeGranularity, RecomputeMethod, TrainingOptions
@@ -51,7 +51,7 @@ def resolve_pipeline_layout(model: ModelSpec, pp: int, vpp: int, given: str | No
     recipe = model.recipe_pipeline_layouts.get(f"{pp}x{vpp}")
     if recipe:
         return recipe
-    if layers_split_evenly(model, pp, vpp):
+    if not needs_explicit_layout(model, pp, vpp):
         return None
     layout = auto_pipeline_layout(model, pp, vpp)
     if layout is None:

@@ -51,7 +51,9 @@ def estimate(
     ),
     dispatcher: str = typer.Option("alltoall", "--dispatcher", help="alltoall | allgather | deepep | hybridep"),
     cuda_graph: str = typer.Option("none", "--cuda-graph", help="none | scopes, e.g. attn,moe_router,moe_preprocess"),
-    cp_comm_type: str = typer.Option("p2p", "--cp-comm-type", help="p2p | a2a | a2a+p2p | all_gather"),
+    cp_comm_type: str | None = typer.Option(
+        None, "--cp-comm-type", help="p2p | a2a | a2a+p2p | all_gather (default p2p; all_gather for DSA models)"
+    ),
     pipeline_layout: str = typer.Option(
         None,
         "--pipeline-layout",

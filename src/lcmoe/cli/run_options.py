@@ -73,7 +73,7 @@ def build_run(
     optimizer_offload: float,
     dispatcher: str,
     cuda_graph: str,
-    cp_comm_type: str,
+    cp_comm_type: str | None,
     pipeline_layout: str | None,
     sequence_parallel: bool | None,
     precision_aware_optimizer: bool,
@@ -109,7 +109,8 @@ def build_run(
         vpp=vpp,
         mbs=mbs,
         gbs=gbs,
-        cp_comm_type=cp_comm_type,
+        # DSA attention runs only all-gather CP (L-DSA-CP); every other model defaults to the ring.
+        cp_comm_type=cp_comm_type or ("all_gather" if spec.is_dsa else "p2p"),
         pipeline_layout=pipeline_layout,
         sequence_parallel=sequence_parallel,
     )

@@ -36,11 +36,15 @@ RECIPES = {
     "nemotron-3-nano-30b-a3b": "nemotron_3_nano_pretrain_config",
     "nemotron-3.5-lightning-30b-a3b": "nemotron_3_5_lightning_pretrain_config",
     "nemotron-3-super-120b-a12b": "nemotron_3_super_pretrain_config",
+    # GLM-5.2's recipes are named by GPU count and type (recipes/glm/h100/glm5.py; the H100 one
+    # runs full recompute at PP13·VPP2); lcmoe's overrides replace its layout.
+    "glm-5.2": "glm52_pretrain_416gpu_h100_bf16_config",
 }
 # Models whose recipe module also exports ``<stem>_peft_config`` (the LoRA/DoRA finetuning
 # recipe ``run_recipe.py --mode lora`` loads; megatron/bridge/recipes/*/__init__.py). Bridge has
-# no PEFT recipe for DeepSeek-V3 or Kimi-K2.
-PEFT_RECIPE_MODELS = frozenset(RECIPES) - {"deepseek-v3", "kimi-k2"}
+# no PEFT recipe for DeepSeek-V3 or Kimi-K2, and GLM-5.2's (glm52_peft_208gpu_h100_bf16_config)
+# does not follow the stem naming.
+PEFT_RECIPE_MODELS = frozenset(RECIPES) - {"deepseek-v3", "kimi-k2", "glm-5.2"}
 
 
 def recipe_name(model: ModelSpec, options: TrainingOptions) -> str:
@@ -71,7 +75,13 @@ def peft_recipe_name(recipe: str) -> str:
 
 # Recipes whose ConfigContainer has ``comm_overlap=None`` in megatron-bridge 0.6.2 (built and
 # checked by tests/test_bridge_runtime.py); the others carry a CommOverlapConfig.
-RECIPES_WITHOUT_COMM_OVERLAP = frozenset({"qwen3_235b_a22b_pretrain_config", "qwen3_next_80b_a3b_pretrain_config"})
+RECIPES_WITHOUT_COMM_OVERLAP = frozenset(
+    {
+        "qwen3_235b_a22b_pretrain_config",
+        "qwen3_next_80b_a3b_pretrain_config",
+        "glm52_pretrain_416gpu_h100_bf16_config",  # recipes/common.py _pretrain_common: comm_overlap=None
+    }
+)
 # PEFT recipes start from ``_peft_common()`` (recipes/common.py: ``comm_overlap=None``); of the
 # catalog's, only Llama 3.1 405B's sets a CommOverlapConfig (checked by tests/test_bridge_runtime.py).
 PEFT_RECIPES_WITH_COMM_OVERLAP = frozenset({"llama31_405b_peft_config"})

@@ -48,6 +48,20 @@ def transformer_config_kwargs(run: RunConfig) -> tuple[str, dict[str, Any]]:
         )
     else:
         kwargs.update(num_query_groups=model.query_groups, kv_channels=model.head_dim)
+    if model.is_dsa:
+        kwargs.update(
+            experimental_attention_variant="dsa",
+            dsa_indexer_n_heads=model.dsa_indexer_n_heads,
+            dsa_indexer_head_dim=model.dsa_indexer_head_dim,
+            dsa_indexer_topk=model.dsa_indexer_topk,
+            dsa_indexer_loss_coeff=model.dsa_indexer_loss_coeff,
+            dsa_indexer_use_sparse_loss=model.dsa_indexer_use_sparse_loss,
+        )
+        if model.shares_dsa_topk:  # fields from megatron-core 0.19 on (L-DSA-VERSION)
+            kwargs.update(
+                dsa_indexer_topk_freq=model.dsa_indexer_topk_freq,
+                dsa_indexer_skip_topk_offset=model.dsa_indexer_skip_topk_offset,
+            )
     if model.attention_output_gate:
         kwargs["attention_output_gate"] = True
     if model.window_size is not None:

@@ -104,19 +104,79 @@ def mlp_flops_per_token(spec: ModelSpec) -> tuple[float, float, float]:
     return dense, routed, shared
 
 
-def mla_flops_per_token(spec: ModelSpec, seq_len: int) -> tuple[float, float]:
-    """MLA (flop_utils.py:1302-1348), per layer, ×6·L_t:
-    q = rq·(h + n·(dn+dr) + 1) (or h·n·(dn+dr)); kv = rkv·(h + n·(dn+dv) + 1) + h·dr;
-    o = n·dv·h; core = ŝ·n·(dn+dr)/2 + ŝ·n·dv/2. Returns (projections, core)."""
+def mla_projection_flops_per_layer(spec: ModelSpec) -> float:
+    """One MLA layer's projections per token, 6·(q + kv + o) (flop_utils.py:1302-1348, and its DSA
+    branch): q = rq·(h + n·(dn+dr) + 1) (or h·n·(dn+dr) without q LoRA; the +1 is the q norm);
+    kv = rkv·(h + n·(dn+dv) + 1) + h·dr; o = n·dv·h."""
     h, n = spec.hidden_size, spec.num_attention_heads
     dn, dr, dv = spec.qk_head_dim, spec.qk_pos_emb_head_dim, spec.v_head_dim
     rq, rkv = spec.q_lora_rank, spec.kv_lora_rank
     q_term = rq * (h + n * (dn + dr) + 1) if rq else h * n * (dn + dr)
     kv_term = rkv * (h + n * (dn + dv) + 1) + h * dr
-    o_term = n * dv * h
-    core = seq_len * n * (dn + dr) / 2 + seq_len * n * dv / 2
+    return 6.0 * (q_term + kv_term + n * dv * h)
+
+
+def mla_core_flops_per_layer(spec: ModelSpec, seq_len: int) -> float:
+    """One MLA layer's core attention per token: 6·(ŝ·n·(dn+dr)/2 + ŝ·n·dv/2), causal halves."""
+    n, dn, dr, dv = spec.num_attention_heads, spec.qk_head_dim, spec.qk_pos_emb_head_dim, spec.v_head_dim
+    return 6.0 * (seq_len * n * (dn + dr) / 2 + seq_len * n * dv / 2)
+
+
+def mla_flops_per_token(spec: ModelSpec, seq_len: int) -> tuple[float, float]:
+    """MLA, every decoder and MTP layer: L_t × (projections, core)."""
     layers = spec.total_layers
-    return 6.0 * layers * (q_term + kv_term + o_term), 6.0 * layers * core
+    return layers * mla_projection_flops_per_layer(spec), layers * mla_core_flops_per_layer(spec, seq_len)
+
+
+def dsa_contexts(spec: ModelSpec, seq_len: int) -> tuple[float, float]:
+    """(dense, sparse) causal context per token of a DSA layer (flop_utils.py DSA branch, after
+    arXiv 2512.02556 eqs. 1-2): every causal pair, (ŝ + 1)/2, and the top-k pairs the sparse core
+    reads, k − k(k − 1)/(2ŝ) once ŝ > k (all causal pairs below)."""
+    dense = (seq_len + 1) / 2
+    k = spec.dsa_indexer_topk
+    sparse = dense if seq_len <= k else k - k * (k - 1) / (2 * seq_len)
+    return dense, sparse
+
+
+def dsa_layer_flops_per_token(spec: ModelSpec, seq_len: int, *, indexer: bool) -> tuple[float, float]:
+    """(projections, core) of one DSA layer per token, Bridge's DSA branch split per layer
+    (flop_utils.py, ``experimental_attention_variant == "dsa"``):
+
+    - projections: the MLA ones (``mla_projection_flops_per_layer``); an indexer layer adds
+      its projections (rq·ni·di + h·di + h·ni) × 4 when the indexer trains (loss coefficient > 0:
+      forward and weight gradient of detached inputs) or × 2 (forward only);
+    - core: absorbed-MLA attention over the sparse context, 6·c_sparse·n·((rkv + dr) + rkv); an
+      indexer layer adds its dense scoring 2·c_dense·ni·(di + 1), the scores' backward
+      4·c·ni·(di + 1) and the attention target 2·c·n·(rkv + dr) when it trains (c the sparse
+      context with the sparse KL loss, else the dense one)."""
+    h, n, dr = spec.hidden_size, spec.num_attention_heads, spec.qk_pos_emb_head_dim
+    rq, rkv = spec.q_lora_rank, spec.kv_lora_rank
+    ni, di = spec.dsa_indexer_n_heads, spec.dsa_indexer_head_dim
+    projections = mla_projection_flops_per_layer(spec)
+    dense_ctx, sparse_ctx = dsa_contexts(spec, seq_len)
+    core = 6.0 * sparse_ctx * n * ((rkv + dr) + rkv)
+    if indexer:
+        trains = spec.dsa_indexer_loss_coeff > 0
+        projections += (4.0 if trains else 2.0) * ((rq or h) * ni * di + h * di + h * ni)
+        core += 2.0 * dense_ctx * ni * (di + 1)
+        if trains:
+            context = sparse_ctx if spec.dsa_indexer_use_sparse_loss else dense_ctx
+            core += 4.0 * context * ni * (di + 1) + 2.0 * context * n * (rkv + dr)
+    return projections, core
+
+
+def dsa_flops_per_token(spec: ModelSpec, seq_len: int) -> tuple[float, float]:
+    """DSA models: every decoder and MTP layer's ``dsa_layer_flops_per_token``, indexer layers
+    counted over the decoder numbering and each MTP block's own (1..m), as Bridge counts them."""
+    indexers = sum(spec.dsa_computes_topk(i) for i in range(1, spec.num_layers + 1))
+    indexers += sum(spec.dsa_computes_topk(i) for i in range(1, spec.mtp_num_layers + 1))
+    plain = dsa_layer_flops_per_token(spec, seq_len, indexer=False)
+    with_indexer = dsa_layer_flops_per_token(spec, seq_len, indexer=True)
+    others = spec.total_layers - indexers
+    return (
+        others * plain[0] + indexers * with_indexer[0],
+        others * plain[1] + indexers * with_indexer[1],
+    )
 
 
 def gqa_projection_per_layer(spec: ModelSpec) -> float:
@@ -222,7 +282,10 @@ def flops_per_token(spec: ModelSpec, seq_len: int, *, tp: int = 1) -> FlopsBreak
     if spec.is_hybrid:
         return hybrid_flops_per_token(spec, seq_len, tp=tp)
     dense, routed, shared = mlp_flops_per_token(spec)
-    if spec.multi_latent_attention:
+    if spec.is_dsa:
+        projections, core = dsa_flops_per_token(spec, seq_len)
+        linear = 0.0
+    elif spec.multi_latent_attention:
         projections, core = mla_flops_per_token(spec, seq_len)
         linear = 0.0
     else:

@@ -472,6 +472,48 @@ def mla_attention_activation_bytes(model: ModelSpec, shape: TokenShape, options:
     return stored + dropout_mask_bytes(shape, h, options.hidden_dropout)
 
 
+def dsa_attention_activation_bytes(
+    model: ModelSpec, shape: TokenShape, options: TrainingOptions, *, indexer: bool
+) -> float:
+    """DSA block: MLA with matrix absorption (experimental_attention_variant/absorbed_mla.py) and a
+    sparse core over the top-k keys (dsa.py ``DSAttention``). Per microbatch, T local tokens:
+
+    - the norm and the down-projection outputs with their norms, as ``mla_attention_activation_bytes``;
+    - the query's no-RoPE part 2·T·n·dn/tp (the einsum with W_UK keeps it) and the absorbed query
+      2·T·n·(rkv + dr)/tp, and the latent keys 2·S·(rkv + dr), which every TP rank holds whole
+      and context parallelism all-gathers (S = T·cp: DSA supports only ``allgather`` CP, so K
+      covers the full sequence); ``mla_up_proj`` recompute drops these three;
+    - the sparse core's latent output 2·T·n·rkv/tp and FP32 log-sum-exp 4·T·n/tp (``core_attn``
+      recompute drops them), and the up-projected output 2·T·n·dv/tp that linear_proj keeps;
+    - an indexer layer's top-k indices, 8·T·k (int64, ``torch.topk``), which the layers sharing
+      them read; when the indexer trains (loss coefficient > 0) its saved query 2·T·ni·di,
+      gathered keys 2·S·di, FP32 head weights 4·T·ni and k-norm input 2·T·di
+      (``FusedDSAIndexerLoss.save_for_backward(q, weights, k, …)``); without the loss the indexer
+      runs under no_grad and keeps nothing.
+
+    No measured run stores these (Bridge's GLM-5.2 recipes recompute every layer), so only their
+    sum as one layer's transient is checked, against the card's peaks (memory_points.csv)."""
+    h, n = model.hidden_size, model.num_attention_heads
+    dn, dr, dv = model.qk_head_dim, model.qk_pos_emb_head_dim, model.v_head_dim
+    rq, rkv = model.q_lora_rank or 0, model.kv_lora_rank
+    keys = shape.tokens * shape.cp
+    stored = norm_bytes(shape, h, options, standalone=True)
+    stored += 2 * BF16 * shape.tokens * (rq + rkv + dr) / shape.sp
+    if not options.recomputes("mla_up_proj"):
+        stored += BF16 * shape.tokens * n * (dn + rkv + dr) / shape.tp + BF16 * keys * (rkv + dr)
+    if not options.recomputes("core_attn"):
+        stored += BF16 * shape.tokens * n * rkv / shape.tp + FP32 * shape.tokens * n / shape.tp
+    stored += BF16 * shape.tokens * n * dv / shape.tp
+    if options.is_fp8:
+        stored += shape.stored_gemm_input * shape.tokens * n * dv / shape.tp
+    if indexer:
+        ni, di = model.dsa_indexer_n_heads, model.dsa_indexer_head_dim
+        stored += 8 * shape.tokens * model.dsa_indexer_topk
+        if model.dsa_indexer_loss_coeff > 0:
+            stored += BF16 * shape.tokens * (ni * di + di) + BF16 * keys * di + FP32 * shape.tokens * ni
+    return stored + dropout_mask_bytes(shape, h, options.hidden_dropout)
+
+
 def gdn_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions) -> float:
     """Gated DeltaNet block: norm; in_proj output 2·T·(2qk + 2vd + 2nv)/tp; conv output
     2·T·(2qk + vd)/tp; recurrent output, gated-norm input and output 3·2·T·vd/tp; dropout mask."""
@@ -578,7 +620,9 @@ def layer_activation_bytes(
     """Stored activations of one transformer layer for one microbatch (no full recompute);
     ``moe_scale`` is the fitted multiplier on the MoE block's tensors."""
     kind = attention_kind(model, layer)
-    if kind is AttentionKind.MLA:
+    if kind is AttentionKind.MLA and model.is_dsa:
+        attn = dsa_attention_activation_bytes(model, shape, options, indexer=model.has_dsa_indexer(layer))
+    elif kind is AttentionKind.MLA:
         attn = mla_attention_activation_bytes(model, shape, options)
     elif kind is AttentionKind.GDN:
         attn = gdn_activation_bytes(model, shape, options)

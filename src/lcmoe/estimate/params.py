@@ -36,12 +36,12 @@ def attention_kind(spec: ModelSpec, layer: int) -> AttentionKind:
     return spec._attention_kinds[layer]
 
 
-LayerSignature = tuple[bool, AttentionKind, bool]
+LayerSignature = tuple[bool, AttentionKind, bool, bool]
 
 
 def layer_signature(spec: ModelSpec, layer: int) -> LayerSignature:
     """What makes two layers identical for every cost lcmoe computes: MoE or not, mixer kind,
-    MLP or not (hybrid layers hold one of the two)."""
+    MLP or not (hybrid layers hold one of the two), DSA indexer or not."""
     return spec._layer_signatures[layer]
 
 
@@ -71,6 +71,17 @@ def mla_attention_params(spec: ModelSpec) -> int:
     q = (h * rq + rq + rq * n * (dn + dr)) if rq else h * n * (dn + dr)
     kv = h * (rkv + dr) + rkv + rkv * n * (dn + dv)
     return q + kv + n * dv * h + h
+
+
+def dsa_indexer_params(spec: ModelSpec) -> int:
+    """The lightning indexer of one DSA layer (dsa.py ``DSAIndexer``): linear_wq_b from the query
+    latent rq (or h without q LoRA) to ni·di, linear_wk h → di, its LayerNorm k_norm (weight and
+    bias, 2·di), linear_weights_proj h → ni. Only layers that compute top-k hold one
+    (``ModelSpec.has_dsa_indexer``). GLM-5.2: 2048·32·128 + 6144·128 + 256 + 6144·32 = 9 371 904
+    per indexer; with one in 21 of its 78 layers plus the MTP layer this reproduces the 753 329 940
+    480 elements of its checkpoint exactly (model_verification_cards/glm5-2/card.yaml)."""
+    h, ni, di = spec.hidden_size, spec.dsa_indexer_n_heads, spec.dsa_indexer_head_dim
+    return (spec.q_lora_rank or h) * ni * di + h * di + 2 * di + h * ni
 
 
 def gdn_attention_params(spec: ModelSpec) -> int:
@@ -153,7 +164,8 @@ def layer_params(spec: ModelSpec, layer: int) -> LayerParams:
         mlp, experts = 0, 0
     else:
         mlp, experts = dense_mlp_params(spec, spec.ffn_hidden_size), 0
-    return LayerParams(attention_params(spec, kind), mlp, experts, is_moe, kind, replicated)
+    attention = attention_params(spec, kind) + (dsa_indexer_params(spec) if spec.has_dsa_indexer(layer) else 0)
+    return LayerParams(attention, mlp, experts, is_moe, kind, replicated)
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,12 +38,15 @@ from typing import Any
 import yaml
 
 from lcmoe.estimate.flops import (
+    dsa_layer_flops_per_token,
     expert_gemm_flops_per_moe_layer,
     flops_per_token,
     gdn_flops_per_layer,
     gqa_projection_per_layer,
     latent_projection_flops_per_moe_layer,
     lora_model_flops_per_token,
+    mla_core_flops_per_layer,
+    mla_projection_flops_per_layer,
     swa_context,
 )
 from lcmoe.estimate.memory import (
@@ -333,11 +336,11 @@ def layer_flops_per_token(model: ModelSpec, layer: int, seq_len: int) -> LayerFl
     elif kind is AttentionKind.MLA:
         n, dn, dr, dv = model.num_attention_heads, model.qk_head_dim, model.qk_pos_emb_head_dim, model.v_head_dim
         rq, rkv = model.q_lora_rank, model.kv_lora_rank
-        q_term = rq * (h + n * (dn + dr) + 1) if rq else h * n * (dn + dr)
-        kv_term = rkv * (h + n * (dn + dv) + 1) + h * dr
-        proj = 6.0 * (q_term + kv_term + n * dv * h)
         up = 6.0 * ((rq or 0) * n * (dn + dr) + rkv * n * (dn + dv))
-        core = 6.0 * (seq_len * n * (dn + dr) / 2 + seq_len * n * dv / 2)
+        if model.is_dsa:
+            proj, core = dsa_layer_flops_per_token(model, seq_len, indexer=model.has_dsa_indexer(layer))
+        else:
+            proj, core = mla_projection_flops_per_layer(model), mla_core_flops_per_layer(model, seq_len)
     elif kind is AttentionKind.GDN:
         proj, core = 0.0, 0.0
         linear = gdn_flops_per_layer(model)
@@ -599,13 +602,20 @@ def _layer_amounts(run: RunConfig, layer: int, no_recompute: TrainingOptions) ->
         width = model.mamba_in_proj_size + model.mamba_inner_size
         cp_mixer = 2 * (layout.cp - 1) / layout.cp * shape.tokens * BF16 * width / layout.tp
     if layout.cp > 1 and kind.is_softmax_attention:
-        if model.multi_latent_attention:
+        if model.is_dsa:
+            # DSA all-gathers only the latent keys (and an indexer layer's keys), which every TP
+            # rank holds whole (dsa.py gather_from_sequence_parallel_region); the exchange is
+            # costed like the ring's, per step of its local share.
+            width = model.kv_lora_rank + model.qk_pos_emb_head_dim
+            width += model.dsa_indexer_head_dim if model.has_dsa_indexer(layer) else 0
+            q_width = 0
+        elif model.multi_latent_attention:
             width = model.num_attention_heads * (model.qk_head_dim + model.qk_pos_emb_head_dim + model.v_head_dim)
             q_width = model.num_attention_heads * (model.qk_head_dim + model.qk_pos_emb_head_dim)
         else:
             width = 2 * model.query_groups * model.head_dim
             q_width = model.num_attention_heads * model.head_dim
-        cp_kv = shape.tokens * BF16 * width / layout.tp
+        cp_kv = shape.tokens * BF16 * width / (1 if model.is_dsa else layout.tp)
         cp_a2a = 2 * 2 * (layout.cp - 1) / layout.cp * shape.tokens * BF16 * (2 * q_width + width) / layout.tp
     ep_bytes = 0.0
     routed_tokens = shape.tokens / shape.sp * model.moe_router_topk if is_moe else 0.0

@@ -23,7 +23,7 @@ from lcmoe.layout import (
     ParallelLayout,
     PipelineStage,
     auto_pipeline_layout,
-    layers_split_evenly,
+    needs_explicit_layout,
     pipeline_stages,
 )
 from lcmoe.rules.advice import Advice, advise, suggested_cp
@@ -176,7 +176,7 @@ def enumerate_layouts(request: PlanRequest) -> Iterator[ParallelLayout]:
                 dp = gpus // (tp * cp * pp)
                 for vpp in vpp_candidates(model, pp):
                     layout_text = None
-                    if pp * vpp > 1 and not layers_split_evenly(model, pp, vpp):
+                    if pp * vpp > 1 and needs_explicit_layout(model, pp, vpp):
                         layout_text = auto_pipeline_layout(model, pp, vpp)
                         if layout_text is None:
                             continue
@@ -196,6 +196,7 @@ def enumerate_layouts(request: PlanRequest) -> Iterator[ParallelLayout]:
                                 gbs=default_global_batch(dp, mbs, pp, vpp, request.gbs),
                                 sequence_parallel=tp > 1,
                                 pipeline_layout=layout_text,
+                                cp_comm_type="all_gather" if model.is_dsa and cp > 1 else "p2p",
                             )
 
 
@@ -290,7 +291,9 @@ def _variants(request: PlanRequest, run: RunConfig) -> Iterator[RunConfig]:
             scope -= {"moe_router", "moe_preprocess"}
         graph_choices.append(frozenset(scope))
     cp_types = ["p2p"]
-    if run.layout.cp > 1 and (run.model.num_attention_heads // run.layout.tp) % run.layout.cp == 0:
+    if run.model.is_dsa and run.layout.cp > 1:
+        cp_types = ["all_gather"]  # the only CP DSA attention runs (L-DSA-CP)
+    elif run.layout.cp > 1 and (run.model.num_attention_heads // run.layout.tp) % run.layout.cp == 0:
         cp_types.append("a2a")
     for cp_comm_type in cp_types:
         layout = replace(run.layout, cp_comm_type=cp_comm_type)

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lcmoe.layout import check_pipeline_layout, layers_split_evenly
+from lcmoe.layout import check_pipeline_layout, layers_split_evenly, pipeline_stages
 from lcmoe.run import RunConfig
 
 
@@ -148,6 +148,38 @@ def _mamba_tp_cp(r: RunConfig) -> str | None:
     return None
 
 
+def _dsa_cp(r: RunConfig) -> str | None:
+    lay = r.layout
+    if r.model.is_dsa and lay.cp > 1 and lay.cp_comm_type != "all_gather":
+        return f"DSA attention with CP = {lay.cp} supports only all_gather CP, not {lay.cp_comm_type}"
+    return None
+
+
+def _dsa_version(r: RunConfig) -> str | None:
+    m = r.model
+    if m.is_dsa and r.layout.cp > 1:
+        return "DSA attention with CP > 1 is refused by this Megatron-Core release"
+    if m.shares_dsa_topk:
+        return "this Megatron-Core release has no DSA top-k sharing (dsa_indexer_topk_freq)"
+    return None
+
+
+def _dsa_index_sharing(r: RunConfig) -> str | None:
+    m = r.model
+    if not m.shares_dsa_topk or _layers(r):
+        return None
+    for stage in pipeline_stages(m, r.layout):
+        for chunk in stage.chunks:
+            if chunk.decoder_layers and not m.has_dsa_indexer(chunk.decoder_layers[0]):
+                first = chunk.decoder_layers[0] + 1
+                return (
+                    f"a pipeline chunk starts at layer {first}, which reuses an earlier layer's DSA top-k "
+                    f"(index_topk_freq {m.dsa_indexer_topk_freq}, offset {m.dsa_indexer_skip_topk_offset}) "
+                    "and top-k cannot cross pipeline stages"
+                )
+    return None
+
+
 def _hybrid_pipeline(r: RunConfig) -> str | None:
     lay = r.layout
     if r.model.is_hybrid and (lay.vpp > 1 or lay.pipeline_layout):
@@ -279,6 +311,26 @@ RULES: tuple[LegalityRule, ...] = (
         "mcore ssm/mamba_mixer.py:262-274; ssm/mamba_context_parallel.py:106-130",
         "use TP·CP dividing the Mamba heads, and TP the groups",
         _mamba_tp_cp,
+    ),
+    LegalityRule(
+        "L-DSA-CP",
+        "mcore 0.19.2 transformer_config.py:2837-2852; experimental_attention_variant/dsa.py:1808",
+        "set cp_comm_type all_gather",
+        _dsa_cp,
+    ),
+    LegalityRule(
+        "L-DSA-INDEX-SHARING",
+        "mcore experimental_attention_variant/dsa.py DSAttention.forward ('Cross-PP top-k sharing is not supported')",
+        "pass a pipeline_model_parallel_layout whose every chunk starts on a layer that computes top-k",
+        _dsa_index_sharing,
+    ),
+    LegalityRule(
+        "L-DSA-VERSION",
+        "megatron-core 0.16 refuses DSA with CP (transformer_config.py:1987-1990) and has no top-k sharing "
+        "fields; 0.19 has both",
+        "set CP = 1 and a model without top-k sharing, or target megatron-core ≥ 0.19",
+        _dsa_version,
+        min_megatron_core="0.19",
     ),
     LegalityRule(
         "L-HYBRID-PIPELINE",

@@ -24,6 +24,7 @@ SUPPORTED_MODEL_TYPES = (
     "deepseek_v3",
     "kimi_k2",
     "deepseek_v2",
+    "glm_moe_dsa",
     "glm4_moe",
     "qwen3_moe",
     "qwen3_next",
@@ -175,6 +176,25 @@ def _deepseek(cfg: _Config) -> dict[str, Any]:
     }
 
 
+def _glm_moe_dsa(cfg: _Config) -> dict[str, Any]:
+    """GLM-5 / 5.1 / 5.2 (glm5_bridge.py:78-140): DeepSeek-V3's MLA and MoE mapping plus the DSA
+    indexer (index_n_heads, index_head_dim, index_topk, and index_topk_freq /
+    index_skip_topk_offset where the config shares top-k indices); the provider trains the
+    indexer with the sparse KL loss at 0.001 and pads the vocabulary to 1280."""
+    fields = _deepseek(cfg)
+    fields.update(
+        dsa_indexer_n_heads=cfg.integer("index_n_heads"),
+        dsa_indexer_head_dim=cfg.integer("index_head_dim"),
+        dsa_indexer_topk=cfg.integer("index_topk"),
+        dsa_indexer_topk_freq=cfg.integer("index_topk_freq", 1),
+        dsa_indexer_skip_topk_offset=cfg.integer("index_skip_topk_offset", 0, minimum=0),
+        make_vocab_size_divisible_by=1280,
+        dsa_indexer_loss_coeff=0.001,
+        dsa_indexer_use_sparse_loss=True,
+    )
+    return fields
+
+
 def _glm4_moe(cfg: _Config) -> dict[str, Any]:
     num_layers = cfg.integer("num_hidden_layers", maximum=MAX_LAYERS)
     first_dense = cfg.integer("first_k_dense_replace", 0, minimum=0)
@@ -296,6 +316,7 @@ _BUILDERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "deepseek_v3": _deepseek,
     "kimi_k2": _deepseek,
     "deepseek_v2": _deepseek,
+    "glm_moe_dsa": _glm_moe_dsa,
     "glm4_moe": _glm4_moe,
     "qwen3_moe": _qwen3_moe,
     "qwen3_next": _qwen3_next,

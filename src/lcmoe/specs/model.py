@@ -138,6 +138,19 @@ class ModelSpec(BaseModel):
     qk_pos_emb_head_dim: int = Field(default=0, ge=0)
     v_head_dim: int = Field(default=0, ge=0)
 
+    # DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): MLA whose core attention reads only the
+    # top-k keys a lightning indexer scores (Megatron experimental_attention_variant="dsa",
+    # experimental_attention_variant/dsa.py; Bridge glm5_bridge.py maps the HF index_* fields).
+    # With topk_freq > 1 only every freq-th layer after the offset runs an indexer; the others
+    # reuse its indices (dsa.py is_dsa_skip_topk_layer).
+    dsa_indexer_n_heads: int = Field(default=0, ge=0)
+    dsa_indexer_head_dim: int = Field(default=0, ge=0)
+    dsa_indexer_topk: int = Field(default=0, ge=0)
+    dsa_indexer_topk_freq: int = Field(default=1, gt=0)
+    dsa_indexer_skip_topk_offset: int = Field(default=0, ge=0)
+    dsa_indexer_loss_coeff: float = Field(default=0.0, ge=0.0, description="indexer KL loss weight (0: no grad)")
+    dsa_indexer_use_sparse_loss: bool = Field(default=False, description="KL loss over the selected top-k only")
+
     # Sliding-window attention (GPT-OSS): window (left, right); a layer is full iff
     # (i+1) % window_attn_skip_freq == 0, or per-layer list with 1 = sliding window.
     window_size: tuple[int, int] | None = None
@@ -204,6 +217,12 @@ class ModelSpec(BaseModel):
             raise ValueError(f"num_query_groups = {self.num_query_groups} must divide num_attention_heads = {n}")
         if self.multi_latent_attention and not (self.kv_lora_rank and self.qk_head_dim and self.v_head_dim):
             raise ValueError("multi_latent_attention needs kv_lora_rank, qk_head_dim and v_head_dim > 0")
+        dsa = (self.dsa_indexer_n_heads, self.dsa_indexer_head_dim, self.dsa_indexer_topk)
+        if any(dsa) and not (all(dsa) and self.multi_latent_attention):
+            raise ValueError(
+                "DSA needs multi_latent_attention and dsa_indexer_n_heads, dsa_indexer_head_dim and "
+                "dsa_indexer_topk > 0"
+            )
         if self.num_moe_experts:
             if not 0 < self.moe_router_topk <= self.num_moe_experts:
                 raise ValueError(
@@ -276,6 +295,24 @@ class ModelSpec(BaseModel):
         """MTP layers that hold weights (m_w): Megatron builds one layer and applies it at every
         depth with ``mtp_use_repeated_layer`` (gpt_layer_specs.py:779-786), else one per depth."""
         return min(self.mtp_num_layers, 1) if self.mtp_use_repeated_layer else self.mtp_num_layers
+
+    @property
+    def is_dsa(self) -> bool:
+        """MLA with DeepSeek Sparse Attention (a lightning indexer picks each query's top-k keys)."""
+        return self.dsa_indexer_topk > 0
+
+    @property
+    def shares_dsa_topk(self) -> bool:
+        """DSA whose layers reuse an earlier layer's top-k (``dsa_indexer_topk_freq`` > 1): pipeline
+        chunks must start on a layer that computes its own (dsa.py, no cross-PP sharing)."""
+        return self.is_dsa and self.dsa_indexer_topk_freq > 1
+
+    def dsa_computes_topk(self, layer_number: int) -> bool:
+        """Whether 1-based ``layer_number`` runs its own indexer rather than reusing an earlier
+        layer's top-k: layers up to max(offset, 1), then every ``topk_freq``-th (dsa.py
+        ``is_dsa_skip_topk_layer``; MTP layers restart the numbering at 1)."""
+        offset = max(self.dsa_indexer_skip_topk_offset, 1)
+        return max(layer_number - offset, 0) % self.dsa_indexer_topk_freq == 0
 
     @property
     def is_hybrid(self) -> bool:
@@ -414,8 +451,22 @@ class ModelSpec(BaseModel):
         return tuple(kind(layer) for layer in range(self.num_layers + 1))
 
     @cached_property
-    def _layer_signatures(self) -> tuple[tuple[bool, AttentionKind, bool], ...]:
-        return tuple(zip(self._moe_pattern, self._attention_kinds, self._mlp_pattern, strict=True))
+    def _indexer_pattern(self) -> tuple[bool, ...]:
+        """True where a DSA layer runs its own indexer (decoder layer i is layer number i+1; the
+        MTP layer, index ``mtp_layer``, is number 1 of its own block)."""
+        if not self.is_dsa:
+            return (False,) * (self.num_layers + 1)
+        return (*(self.dsa_computes_topk(i + 1) for i in range(self.num_layers)), self.dsa_computes_topk(1))
+
+    @cached_property
+    def _layer_signatures(self) -> tuple[tuple[bool, AttentionKind, bool, bool], ...]:
+        return tuple(
+            zip(self._moe_pattern, self._attention_kinds, self._mlp_pattern, self._indexer_pattern, strict=True)
+        )
+
+    def has_dsa_indexer(self, layer: int) -> bool:
+        """Whether the layer (or ``mtp_layer``) holds and runs a DSA indexer."""
+        return self._indexer_pattern[layer]
 
     def moe_layer_pattern(self) -> list[bool]:
         """True where decoder layer i is MoE: int f → i % f == 0; list → entry is 1; hybrid: ``E``."""
