@@ -48,12 +48,15 @@ def test_parameters_reproduce_the_checkpoint() -> None:
 
 def test_flops_match_bridge_logs_of_the_card_runs() -> None:
     """The GLM-5.2 card logs 54.595 TFLOP/s/GPU for 1024 × 2048 tokens in 31.204920 s on 352 H100,
-    and 39.648 for 13 × 200 000 tokens in 36.60337 s on 608 H100 (Bridge's DSA count)."""
+    39.648 for 13 × 200 000 tokens in 36.60337 s on 608 H100, and 102.520 for 1024 × 4096 tokens
+    in 64.78654 s on 192 GB200 (Bridge's DSA count)."""
     m = load_model(GLM)
     pretrain = flops_per_step(m, 2048, 1024) / 31.204920 / 352 / 1e12
     long_sft = flops_per_step(m, 200_000, 13) / 36.60337 / 608 / 1e12
+    gb200 = flops_per_step(m, 4096, 1024) / 64.78654 / 192 / 1e12
     assert pretrain == pytest.approx(54.595, rel=2e-4)
     assert long_sft == pytest.approx(39.648, rel=2e-4)
+    assert gb200 == pytest.approx(102.520, rel=2e-4)
 
 
 def test_dsa_flops_by_hand() -> None:
