@@ -169,3 +169,16 @@ def test_card_runs_are_predicted_to_fit() -> None:
     for run in (pretrain, long_sft):
         assert violations(run) == []
         assert estimate_memory(run.model, run.hardware, run.layout, run.options).fits()
+
+
+def test_cudnn_kernel_scratch_is_capped() -> None:
+    """Index scores FP32 per (query, key) pair capped at 1 GiB, top-k scratch 8 B per pair capped
+    at 2 GiB: 3 GiB at 200K over CP 32, a few MiB at 2K, nothing for a model without DSA."""
+    from lcmoe.estimate.memory import dsa_kernel_scratch_bytes
+
+    m = load_model(GLM)
+    long = TokenShape(tokens=6250, tp=1, sp=1, etp=1, ep=32, stored_gemm_input=2, seq_len=200_000, mbs=1, cp=32)
+    short = replace(long, tokens=2048, seq_len=2048, cp=1)
+    assert dsa_kernel_scratch_bytes(m, long) == 3 * 1024**3
+    assert dsa_kernel_scratch_bytes(m, short) == pytest.approx(12 * 2048 * 2048)
+    assert dsa_kernel_scratch_bytes(load_model("deepseek-v3"), long) == 0.0

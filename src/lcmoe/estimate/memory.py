@@ -825,6 +825,24 @@ def moe_dispatch_transient_bytes(model: ModelSpec, shape: TokenShape, options: T
     return 2 * BF16 * td * d_e
 
 
+# Megatron's cuDNN DSA path bounds its scratch (experimental_attention_variant/dsa_cudnn_kernels.py
+# _INDEXER_SCORE_CHUNK_MAX_BYTES, _TOPK_WRAPPER_MAX_SCRATCH_BYTES).
+DSA_SCORE_CHUNK_BYTES = 1024.0**3
+DSA_TOPK_SCRATCH_BYTES = 2 * 1024.0**3
+
+
+def dsa_kernel_scratch_bytes(model: ModelSpec, shape: TokenShape) -> float:
+    """Live only while an indexer layer runs (Bridge's GLM-5.2 recipes pick the cuDNN DSA
+    kernels, ``dsa_kernel_backend="cudnn"``): the FP32 index scores of a chunk of query rows over
+    every key, min(4·T·S, 1 GiB), and the top-k wrapper's two int32 words per score, min(8·T·S,
+    2 GiB) (dsa_cudnn_kernels.py ``_indexer_score_chunk_rows``, ``_indexer_top_k_wrapper_chunked``);
+    T local queries, S = T·cp all-gathered keys. GLM-5.2 at 200K over CP 32: 1 + 2 GiB."""
+    if not model.is_dsa:
+        return 0.0
+    pairs = shape.tokens * shape.tokens * shape.cp
+    return min(FP32 * pairs, DSA_SCORE_CHUNK_BYTES) + min(2 * 4 * pairs, DSA_TOPK_SCRATCH_BYTES)
+
+
 def te_workspace_bytes(model: ModelSpec, options: TrainingOptions, architecture: str) -> float:
     """cuBLAS(Lt) workspaces Transformer Engine allocates through PyTorch: one of 32 MiB on
     Hopper and later (4 MiB before), plus four more for the multi-stream grouped GEMM of MoE
@@ -1042,7 +1060,11 @@ def stage_memory(
         stage.mtp_layers and model.is_moe_layer(-1)
     )
     dispatch = c.moe_dispatch_scale * moe_dispatch_transient_bytes(model, shape, options) if moe_layers else 0.0
-    transient = c.transient_layer_scale * largest_layer + dispatch
+    indexer_layers = any(model.has_dsa_indexer(i) for i in stage.decoder_layers) or (
+        stage.mtp_layers and model.has_dsa_indexer(model.mtp_layer)
+    )
+    scratch = dsa_kernel_scratch_bytes(model, shape) if indexer_layers else 0.0
+    transient = c.transient_layer_scale * largest_layer + dispatch + scratch
     workspace = c.workspace_bytes + te_workspace_bytes(model, options, architecture)
 
     # DDP/optimizer buffers are padded and bucketed; the fitted fraction covers that bookkeeping.
