@@ -305,6 +305,7 @@ def point_config(
                 m for m in re.findall(r"[a-z_0-9]+", recipe.get("offload_modules", "").lower()) if m != "none"
             ),
             expandable_segments=ran_with_expandable_segments(row),
+            overlap_moe_expert_parallel_comm="ep overlap on" in detail,
             **inherited,
             **lora,
         )

@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", default=str(REFERENCE / "perf_summary.csv"))
     parser.add_argument("--recipes", default=str(REFERENCE / "perf_recipes.csv"))
     parser.add_argument("--long-context", default=str(REFERENCE / "long_context.csv"))
+    parser.add_argument("--points", default=str(REFERENCE / "memory_points.csv"), help="verification-card runs")
     parser.add_argument("--evaluate", action="store_true", help="shipped coefficients, no refit")
     parser.add_argument("--json", dest="json_out")
     args = parser.parse_args(argv)
@@ -126,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             errs = [abs(float(r["err_pct"])) for r in held_out_rows if r["model"] == name]
             print(f"  {name}: n={len(errs)} MAPE {statistics.mean(errs):.1f}% ({TIME_HOLDOUT[name]})")
     finetune_rows = finetune_accuracy(args.data, args.recipes, coefficients)
+    card_rows = card_accuracy(args.points, coefficients) if Path(args.points).exists() else []
     print(
         f"\nrows {len(everything)} (skipped {len(skipped)}): MAPE {mape:.2f}%  MoE MAPE {mape_moe:.2f}% "
         f"(n={len(moe)})"
@@ -145,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                 "long_context": lc_rows,
                 "held_out": held_out_rows,
                 "finetune": finetune_rows,
+                "verification_cards": card_rows,
                 "skipped": skipped,
                 "mode": "evaluate" if args.evaluate else "refit",
             },
@@ -180,6 +183,43 @@ def finetune_accuracy(data: str, recipes: str, coefficients: dict[str, TimeCoeff
         errs = [abs(float(r["err_pct"])) for r in rows if r["task"] == task]  # type: ignore[arg-type]
         if errs:
             print(f"  {task}: n={len(errs)} MAPE {statistics.mean(errs):.1f}%")
+    return rows
+
+
+def card_accuracy(points: str, coefficients: dict[str, TimeCoefficients]) -> list[dict[str, object]]:
+    """Pretraining runs of memory_points.csv that log Bridge's model TFLOP/s (verification cards and
+    skill measurements), never fitted: lcmoe's TFLOP/s for the configuration the row ran
+    (``benchmarks.points.point_config``: its fields, then its recipe) at the newest container's
+    rates. Each run once (a row per memory metric repeats it); finetuning rows are left out
+    (Bridge counts packed sequences by their real lengths)."""
+    from benchmarks.points import perf_recipes_beside, point_config
+    from lcmoe.run import RunConfig
+
+    recipes = perf_recipes_beside(points)
+    rows: list[dict[str, object]] = []
+    seen: set[tuple[str, str, str]] = set()
+    for row in read_rows(points):
+        measured = as_float(row.get("tflops_per_gpu"))
+        key = (row.get("model", ""), row.get("config_detail", ""), row.get("tflops_per_gpu", ""))
+        if not measured or row.get("outcome") != "fits" or "pretrain" not in row.get("task", "") or key in seen:
+            continue
+        config = point_config(row, recipes)
+        if isinstance(config, str):
+            continue
+        seen.add(key)
+        model, hardware, layout, options = config
+        run = RunConfig(model, hardware, layout, options)
+        predicted = combine(time_amounts(run), coefficients[hardware.architecture]).model_tflops_per_gpu
+        label = f"{row['model']} {row['gpu']}x{row['num_gpus']} {row.get('config_detail', '')}"[:62]
+        rows.append(
+            {"row": label, "measured": measured, "predicted": predicted, "err_pct": 100 * (predicted / measured - 1)}
+        )
+    if rows:
+        print("\nverification-card and skill pretraining runs, not fitted (model TFLOP/s/GPU):")
+        for r in rows:
+            print(f"  {r['row']:62s} {r['measured']:7.1f} {r['predicted']:7.1f} {r['err_pct']:+7.1f}")
+        errs = [abs(float(r["err_pct"])) for r in rows]  # type: ignore[arg-type]
+        print(f"  n={len(errs)} MAPE {statistics.mean(errs):.1f}%  median |err| {statistics.median(errs):.1f}%")
     return rows
 
 
