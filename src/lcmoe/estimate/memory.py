@@ -758,17 +758,20 @@ def chunk_layer_bytes(
     options: TrainingOptions,
     *,
     moe_scale: float = 1.0,
+    known: dict[LayerSignature, float] | None = None,
 ) -> list[float]:
     """Per-layer stored activations of one model chunk for one microbatch (MTP layers last).
-    Identical layers (same MoE flag and attention kind) are computed once."""
-    by_signature: dict[LayerSignature, float] = {}
+    Identical layers (same signature) are computed once; ``known`` carries them across the chunks
+    and stages of one estimate (same model, shape, options and ``moe_scale``)."""
+    by_signature = known if known is not None else {}
     per_layer = []
     for layer in layers:
         key = layer_signature(model, layer)
         if key not in by_signature:
             by_signature[key] = layer_activation_bytes(model, layer, shape, options, moe_scale=moe_scale)
         per_layer.append(by_signature[key])
-    per_layer += [mtp_layer_activation_bytes(model, shape, options, moe_scale=moe_scale)] * mtp
+    if mtp:
+        per_layer += [mtp_layer_activation_bytes(model, shape, options, moe_scale=moe_scale)] * mtp
     return per_layer
 
 
@@ -1003,8 +1006,11 @@ def stage_memory(
     first_step: bool = False,
     architecture: str = "hopper",
     nvlink_domain: int = 8,
+    known: tuple[dict[LayerSignature, float], dict[LayerSignature, float]] | None = None,
 ) -> StageMemory:
-    """Peak of one stage: the larger of two moments.
+    """Peak of one stage: the larger of two moments (``known``: per-layer activations already
+    computed for this model, layout and options, and for their recompute-free replay, shared by
+    ``estimate_memory``'s stages).
 
     Forward/backward: model state + in-flight activations + loss buffers + transients.
     Optimizer step: model state + the FP32 gradient copies ``optimizer_grad_copy_bytes``
@@ -1014,6 +1020,7 @@ def stage_memory(
     the moments exist and eagerly (no graph pool yet).
     """
     c = coefficients
+    known = known or ({}, {})
     shape = token_shape(layout, options)
     trained, state = stage_state_bytes(model, layout, stage, options, architecture)
     h = model.hidden_size
@@ -1030,12 +1037,12 @@ def stage_memory(
     if replayed is not options:
         representatives = tuple(first for first, _ in stage.layer_groups)
         full_layers = chunk_layer_bytes(
-            model, representatives, min(stage.mtp_layers, 1), shape, replayed, moe_scale=moe_scale
+            model, representatives, min(stage.mtp_layers, 1), shape, replayed, moe_scale=moe_scale, known=known[1]
         )
         largest_layer = max(full_layers, default=0.0)
     for chunk in stage.chunks:
         per_layer = chunk_layer_bytes(
-            model, chunk.decoder_layers, chunk.mtp_layers, shape, options, moe_scale=moe_scale
+            model, chunk.decoder_layers, chunk.mtp_layers, shape, options, moe_scale=moe_scale, known=known[0]
         )
         largest_layer = max([largest_layer, *per_layer])
         if options.recompute_granularity == "full":
@@ -1261,6 +1268,7 @@ def estimate_memory(
     if options.attention_backend != "unfused" and attention_kernel(options, architecture) == "unfused":
         options = replace(options, attention_backend="unfused")
     stage_list = stages if stages is not None else pipeline_stages(model, layout)
+    known: tuple[dict[LayerSignature, float], dict[LayerSignature, float]] = ({}, {})
     stages_memory = tuple(
         stage_memory(
             model,
@@ -1271,6 +1279,7 @@ def estimate_memory(
             first_step=first_step,
             architecture=architecture,
             nvlink_domain=nvlink_domain,
+            known=known,
         )
         for stage in stage_list
     )

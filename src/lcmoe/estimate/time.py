@@ -584,6 +584,13 @@ def adapter_flops_per_token(model: ModelSpec, layer: int, options: TrainingOptio
     return dense, expert
 
 
+@functools.lru_cache(maxsize=1024)
+def recompute_free(options: TrainingOptions) -> TrainingOptions:
+    """The options without recompute: what a layer's forward touches once. Cached: the planner
+    asks once per stage and candidate."""
+    return replace(options, recompute_granularity="none", recompute_modules=frozenset())
+
+
 def _layer_amounts(run: RunConfig, layer: int, no_recompute: TrainingOptions) -> LayerAmounts:
     """One layer's amounts (count 1; the stage sets its group's count). ``no_recompute``: the
     run's options without recompute (what the forward touches once)."""
@@ -664,7 +671,7 @@ def _stage_amounts(
         mtp = model.mtp_layer
         counts.setdefault(layer_signature(model, mtp), [mtp, 0])[1] += stage.mtp_layers
     if any(key not in per_signature for key in counts):
-        no_recompute = replace(options, recompute_granularity="none", recompute_modules=frozenset())
+        no_recompute = recompute_free(options)
         for key, (first, _) in counts.items():
             if key not in per_signature:
                 per_signature[key] = _layer_amounts(run, first, no_recompute)

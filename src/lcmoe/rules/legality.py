@@ -7,6 +7,7 @@ A rule's ``check`` returns None when the run is legal, else the sentence saying 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -393,6 +394,7 @@ RULES: tuple[LegalityRule, ...] = (
 RULE_IDS = frozenset(rule.id for rule in RULES)
 
 
+@functools.lru_cache(maxsize=64)
 def version_tuple(text: str) -> tuple[int, ...]:
     """``0.19.2`` → (0, 19, 2); ``2.9.0+cu128`` and ``0.19.0rc1`` keep their first three numbers."""
     return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
