@@ -182,3 +182,11 @@ def test_cudnn_kernel_scratch_is_capped() -> None:
     assert dsa_kernel_scratch_bytes(m, long) == 3 * 1024**3
     assert dsa_kernel_scratch_bytes(m, short) == pytest.approx(12 * 2048 * 2048)
     assert dsa_kernel_scratch_bytes(load_model("deepseek-v3"), long) == 0.0
+
+
+def test_plans_of_a_dsa_model_carry_the_time_caveat() -> None:
+    from lcmoe.plan.format import model_notes
+
+    assert load_model(GLM).attention_label == "MLA+DSA"
+    assert load_model("deepseek-v3").attention_label == "MLA"
+    assert model_notes({"inputs": {"attention": "MLA+DSA"}}) and not model_notes({"inputs": {"attention": "MLA"}})

@@ -26,9 +26,7 @@ def models(json_output: bool = JSON, quiet: bool = QUIET) -> None:
                 "family": spec.family,
                 "layers": spec.num_layers,
                 "hidden_size": spec.hidden_size,
-                "attention": ("MLA+DSA" if spec.is_dsa else "MLA")
-                if spec.multi_latent_attention
-                else ("GQA+GDN" if spec.linear_attention_type else ("GQA+SWA" if spec.window_size else "GQA")),
+                "attention": spec.attention_label,
                 "experts": spec.num_moe_experts or 0,
                 "topk": spec.moe_router_topk,
                 "mtp_layers": spec.mtp_num_layers,

@@ -11,7 +11,15 @@ from rich.table import Table
 
 from lcmoe.cli import run_options as ro
 from lcmoe.cli.common import EXIT_FINDINGS, JSON, print_json, resolve_hardware, resolve_model, stderr, stdout
-from lcmoe.plan.format import PLAN_COLUMNS, at_risk_note, labelled_rows, layout_text, peft_text, recompute_text
+from lcmoe.plan.format import (
+    PLAN_COLUMNS,
+    at_risk_note,
+    labelled_rows,
+    layout_text,
+    model_notes,
+    peft_text,
+    recompute_text,
+)
 from lcmoe.plan.payload import plan_payload
 
 GBS = typer.Option(None, "--gbs", min=1, help="target global batch (rounded to a legal multiple)")
@@ -317,9 +325,9 @@ def render_plans(payload: dict[str, Any]) -> None:
     for row in labelled_rows(payload):
         table.add_row(*row)
     stdout.print(table)
-    note = at_risk_note(payload)
-    if note:
-        stdout.print(note, highlight=False)
+    for note in [at_risk_note(payload), *model_notes(payload)]:
+        if note:
+            stdout.print(note, highlight=False)
     for i, p in enumerate(payload["plans"][:3]):
         stdout.print(f"[bold]plan {i + 1}[/] — why:")
         for reason in p["reasons"]:

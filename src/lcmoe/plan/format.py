@@ -38,6 +38,19 @@ def at_risk_note(payload: dict[str, Any]) -> str:
     )
 
 
+# What the step time of a DSA model rests on (README "Step time"; benchmarks/throughput_accuracy.py).
+DSA_TIME_NOTE = (
+    "DSA step times are not calibrated on measured sparse-attention kernels: lcmoe predicts the two "
+    "GLM-5.2 H100 runs of Bridge's verification card (untuned, deterministic) 1.6-2.1x faster than "
+    "logged; rank the plans, do not trust their absolute throughput"
+)
+
+
+def model_notes(payload: dict[str, Any]) -> list[str]:
+    """Caveats that hold for every plan of this model (the DSA time calibration)."""
+    return [DSA_TIME_NOTE] if payload["inputs"].get("attention") == "MLA+DSA" else []
+
+
 def layout_text(layout: dict[str, Any]) -> str:
     return (
         f"TP{layout['tp']} CP{layout['cp']} EP{layout['ep']} ETP{layout['etp']} PP{layout['pp']} "

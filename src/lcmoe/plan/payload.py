@@ -20,6 +20,7 @@ def plan_payload(request: PlanRequest, result: SearchResult) -> dict[str, Any]:
         "lcmoe_version": __version__,
         "inputs": {
             "model": request.model.name,
+            "attention": request.model.attention_label,
             "gpu": request.hardware.name,
             "num_gpus": request.num_gpus,
             "seq_len": request.seq_len,

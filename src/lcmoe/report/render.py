@@ -11,7 +11,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from lcmoe.plan.format import PLAN_COLUMNS, at_risk_note, labelled_rows, layout_text, peft_text, recompute_text
+from lcmoe.plan.format import (
+    PLAN_COLUMNS,
+    at_risk_note,
+    labelled_rows,
+    layout_text,
+    model_notes,
+    peft_text,
+    recompute_text,
+)
 from lcmoe.report import plots
 
 GIB = 1024.0**3
@@ -124,6 +132,7 @@ def _assumptions(inputs: ReportInputs) -> list[str]:
         )
     if acc.get("calibration"):
         lines.append(f"Calibrated with {acc['calibration']}.")
+    lines += [note + "." for note in model_notes(inputs.payload)]
     if inputs_.get("peft"):
         lines.append(
             "LoRA: the five published Llama3-70B LoRA runs (and the five full-finetuning ones) ran ~15% slower "

@@ -302,6 +302,16 @@ class ModelSpec(BaseModel):
         return self.dsa_indexer_topk > 0
 
     @property
+    def attention_label(self) -> str:
+        """The sequence mixers in one word, as ``lcmoe models`` lists them: MLA, MLA+DSA, GQA,
+        GQA+GDN (Gated DeltaNet layers) or GQA+SWA (sliding-window layers)."""
+        if self.multi_latent_attention:
+            return "MLA+DSA" if self.is_dsa else "MLA"
+        if self.linear_attention_type:
+            return "GQA+GDN"
+        return "GQA+SWA" if self.window_size else "GQA"
+
+    @property
     def shares_dsa_topk(self) -> bool:
         """DSA whose layers reuse an earlier layer's top-k (``dsa_indexer_topk_freq`` > 1): pipeline
         chunks must start on a layer that computes its own (dsa.py, no cross-PP sharing)."""
