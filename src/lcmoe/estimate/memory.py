@@ -491,8 +491,9 @@ def dsa_attention_activation_bytes(
       (``FusedDSAIndexerLoss.save_for_backward(q, weights, k, …)``); without the loss the indexer
       runs under no_grad and keeps nothing.
 
-    No measured run stores these (Bridge's GLM-5.2 recipes recompute every layer), so only their
-    sum as one layer's transient is checked, against the card's peaks (memory_points.csv)."""
+    No measured run checks them: Bridge's GLM-5.2 recipes recompute every layer, where they are one
+    layer's transient, and the card's peaks fall on the optimizer step and the logits stage
+    (memory_points.csv)."""
     h, n = model.hidden_size, model.num_attention_heads
     dn, dr, dv = model.qk_head_dim, model.qk_pos_emb_head_dim, model.v_head_dim
     rq, rkv = model.q_lora_rank or 0, model.kv_lora_rank
