@@ -584,13 +584,6 @@ def adapter_flops_per_token(model: ModelSpec, layer: int, options: TrainingOptio
     return dense, expert
 
 
-@functools.lru_cache(maxsize=1024)
-def recompute_free(options: TrainingOptions) -> TrainingOptions:
-    """The options without recompute: what a layer's forward touches once. Cached: the planner
-    asks once per stage and candidate."""
-    return replace(options, recompute_granularity="none", recompute_modules=frozenset())
-
-
 def _layer_amounts(run: RunConfig, layer: int, no_recompute: TrainingOptions) -> LayerAmounts:
     """One layer's amounts (count 1; the stage sets its group's count). ``no_recompute``: the
     run's options without recompute (what the forward touches once)."""
@@ -659,9 +652,13 @@ def _layer_amounts(run: RunConfig, layer: int, no_recompute: TrainingOptions) ->
 
 
 def _stage_amounts(
-    run: RunConfig, stage: PipelineStage, per_signature: dict[LayerSignature, LayerAmounts]
+    run: RunConfig,
+    stage: PipelineStage,
+    per_signature: dict[LayerSignature, LayerAmounts],
+    no_recompute: TrainingOptions,
 ) -> StageAmounts:
-    """``per_signature``: one layer's amounts per signature, shared by the run's stages (filled here)."""
+    """``per_signature``: one layer's amounts per signature, shared by the run's stages (filled
+    here); ``no_recompute``: the run's options without recompute (what a forward touches once)."""
     from lcmoe.estimate.memory import optimizer_shards
 
     model, layout, options, hardware = run.model, run.layout, run.options, run.hardware
@@ -671,7 +668,6 @@ def _stage_amounts(
         mtp = model.mtp_layer
         counts.setdefault(layer_signature(model, mtp), [mtp, 0])[1] += stage.mtp_layers
     if any(key not in per_signature for key in counts):
-        no_recompute = recompute_free(options)
         for key, (first, _) in counts.items():
             if key not in per_signature:
                 per_signature[key] = _layer_amounts(run, first, no_recompute)
@@ -707,8 +703,12 @@ def time_amounts(run: RunConfig, stages: list[PipelineStage] | None = None) -> R
     local, remote = ep_link_shares(model, layout.ep, layout.etp, hardware.nvlink_domain_size, options.dispatcher)
     tokens = layout.gbs * options.seq_len
     per_signature: dict[LayerSignature, LayerAmounts] = {}
+    no_recompute = replace(options, recompute_granularity="none", recompute_modules=frozenset())
     return RunAmounts(
-        stages=tuple(_stage_amounts(run, stage, per_signature) for stage in (stages or pipeline_stages(model, layout))),
+        stages=tuple(
+            _stage_amounts(run, stage, per_signature, no_recompute)
+            for stage in (stages or pipeline_stages(model, layout))
+        ),
         gpu=hardware.name,
         gemm_peak=hardware.peak(options.tensor_core_precision),
         bf16_peak=hardware.peak("bf16"),

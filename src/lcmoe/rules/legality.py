@@ -7,7 +7,6 @@ A rule's ``check`` returns None when the run is legal, else the sentence saying 
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -394,7 +393,6 @@ RULES: tuple[LegalityRule, ...] = (
 RULE_IDS = frozenset(rule.id for rule in RULES)
 
 
-@functools.lru_cache(maxsize=64)
 def version_tuple(text: str) -> tuple[int, ...]:
     """``0.19.2`` → (0, 19, 2); ``2.9.0+cu128`` and ``0.19.0rc1`` keep their first three numbers."""
     return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
@@ -403,8 +401,9 @@ def version_tuple(text: str) -> tuple[int, ...]:
 def violations(run: RunConfig, *, megatron_core_version: str = "0.19.2") -> list[Violation]:
     """Every hard rule the run breaks (empty list = legal) for the targeted Megatron-Core release."""
     found = []
+    target = version_tuple(megatron_core_version)
     for rule in RULES:
-        if rule.min_megatron_core and version_tuple(megatron_core_version) >= version_tuple(rule.min_megatron_core):
+        if rule.min_megatron_core and target >= version_tuple(rule.min_megatron_core):
             continue
         message = rule.check(run)
         if message:
