@@ -295,10 +295,9 @@ def point_config(
             recompute_granularity="selective" if modules else "full" if full else "none",
             recompute_modules=modules or frozenset(),
             optimizer_offload_fraction=int(offload.group(1)) / 100 if offload else 0.0,
+            # A recipe's full recompute is Bridge's uniform method over one layer at a time, which
+            # are TrainingOptions' defaults (recompute_method, recompute_num_layers).
             dispatcher=dispatcher if dispatcher in ("deepep", "hybridep") else "alltoall",
-            # A recipe's full recompute is Bridge's uniform method over one layer at a time.
-            recompute_method="uniform",
-            recompute_num_layers=1,
             cuda_graph_scope=frozenset(scopes),
             megatron_fsdp=recipe.get("use_megatron_fsdp") == "True",
             activation_offload_modules=frozenset(

@@ -7,8 +7,9 @@ emitters map them one to one.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from lcmoe.errors import LcmoeError
 
@@ -31,6 +32,18 @@ QUANTIZED_PARAM_PRECISIONS = frozenset({"fp8-tensorwise", "fp8-delayed", "mxfp8"
 # module name (an MLA layer has no linear_qkv; Mamba and Gated DeltaNet projections are
 # in_proj/out_proj and stay frozen without adapters).
 LORA_TARGETS = frozenset({"linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"})
+
+
+def lora_fields(rank: int, targets: Iterable[str], input_regather: bool, *, scheme: str = "lora") -> dict[str, Any]:
+    """TrainingOptions' LoRA fields, the inverse of ``TrainingOptions.peft_summary``: every
+    spelling of a LoRA run lcmoe reads (CLI flags, Bridge ``peft.*`` overrides, plan.json) builds
+    them here; TrainingOptions validates them."""
+    return {
+        "peft": scheme,
+        "lora_rank": rank,
+        "lora_targets": frozenset(targets),
+        "lora_input_regather": input_regather,
+    }
 
 
 def tensor_core_precision(precision: str) -> str:

@@ -75,7 +75,7 @@ def estimate(
     ),
     peft: str = ro.PEFT,
     lora_rank: int = ro.LORA_RANK,
-    lora_targets: str = ro.LORA_TARGETS,
+    lora_targets: str = ro.LORA_TARGETS_OPTION,
     lora_input_regather: bool = ro.LORA_REGATHER,
     hardware_file: Path = ro.HW_FILE,
     hw: list[str] = ro.HW_SET,

@@ -9,6 +9,7 @@ import typer
 
 from lcmoe.cli.common import resolve_hardware, resolve_model
 from lcmoe.run import RunConfig
+from lcmoe.workload import LORA_TARGETS, lora_fields
 
 if TYPE_CHECKING:
     from lcmoe.estimate.time import TimeCoefficients
@@ -25,8 +26,8 @@ PER_NODE = typer.Option(None, "--gpus-per-node", help="GPUs per node")
 CALIBRATION = typer.Option(None, "--calibration", help="cluster.yaml from `lcmoe calibrate` (your measured speed)")
 PEFT = typer.Option("none", "--peft", help="none | lora (frozen base; rank-r adapters train, Bridge cfg.peft=LoRA)")
 LORA_RANK = typer.Option(32, "--lora-rank", min=1, help="LoRA dim (Bridge's default 32)")
-LORA_TARGETS = typer.Option(
-    "linear_qkv,linear_proj,linear_fc1,linear_fc2", "--lora-targets", help="comma list of LoRA target modules"
+LORA_TARGETS_OPTION = typer.Option(
+    ",".join(sorted(LORA_TARGETS)), "--lora-targets", help="comma list of LoRA target modules"
 )
 LORA_REGATHER = typer.Option(
     False, "--lora-input-regather", help="LoRA.sequence_parallel_input_regather: keep LoRA-A inputs sequence-local"
@@ -37,12 +38,8 @@ def peft_options(peft: str, lora_rank: int, lora_targets: str, lora_input_regath
     """The TrainingOptions fields of ``--peft`` and its LoRA knobs (validated there)."""
     if peft == "none":
         return {}
-    return {
-        "peft": peft,
-        "lora_rank": lora_rank,
-        "lora_targets": frozenset(t.strip() for t in lora_targets.split(",") if t.strip()),
-        "lora_input_regather": lora_input_regather,
-    }
+    targets = (t.strip() for t in lora_targets.split(",") if t.strip())
+    return lora_fields(lora_rank, targets, lora_input_regather, scheme=peft)
 
 
 def time_coefficients(calibration: Path | None, hardware: HardwareSpec) -> TimeCoefficients | None:

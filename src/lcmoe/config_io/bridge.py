@@ -19,7 +19,7 @@ from lcmoe.run import RunConfig, derive_dp
 from lcmoe.specs.hardware import HardwareSpec
 from lcmoe.specs.model import ModelSpec
 from lcmoe.units import real_number, whole_number
-from lcmoe.workload import TrainingOptions
+from lcmoe.workload import LORA_TARGETS, TrainingOptions, lora_fields
 
 # The Bridge recipe (``megatron.bridge.recipes``) each catalog model is launched from.
 RECIPES = {
@@ -350,13 +350,10 @@ def _peft_fields(values: dict[str, Any]) -> dict[str, Any]:
         raise LcmoeError("peft", "dora", "is not modelled (LoRA is)", "estimate the run as LoRA for a lower bound")
     if not keys and scheme not in ("lora", "megatron.bridge.peft.lora.lora"):
         return {}
-    targets = _list(_get(values, "peft.target_modules")) or ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
-    return {
-        "peft": "lora",
-        "lora_rank": _int(values, "peft.dim", 32),
-        "lora_targets": frozenset(targets),
-        "lora_input_regather": bool(_get(values, "peft.sequence_parallel_input_regather", False)),
-    }
+    targets = _list(_get(values, "peft.target_modules")) or LORA_TARGETS
+    return lora_fields(
+        _int(values, "peft.dim", 32), targets, bool(_get(values, "peft.sequence_parallel_input_regather", False))
+    )
 
 
 def _sixteen_bit(value: Any) -> Literal["fp32", "fp16", "bf16"]:

@@ -14,7 +14,7 @@ from lcmoe.errors import LcmoeError
 from lcmoe.layout import ParallelLayout
 from lcmoe.run import RunConfig
 from lcmoe.specs.hardware import HardwareSpec
-from lcmoe.workload import TrainingOptions
+from lcmoe.workload import TrainingOptions, lora_fields
 
 MAX_PLAN_BYTES = 16 * 1024 * 1024
 
@@ -92,9 +92,5 @@ def _peft(doc: dict[str, Any] | None) -> dict[str, Any]:
     """TrainingOptions' LoRA fields from a plan entry's ``peft`` (None: full training)."""
     if not doc:
         return {}
-    return {
-        "peft": str(doc["scheme"]),
-        "lora_rank": int(doc["rank"]),
-        "lora_targets": frozenset(str(t) for t in doc["targets"]),
-        "lora_input_regather": bool(doc.get("input_regather", False)),
-    }
+    targets = (str(t) for t in doc["targets"])
+    return lora_fields(int(doc["rank"]), targets, bool(doc.get("input_regather", False)), scheme=str(doc["scheme"]))

@@ -168,7 +168,7 @@ def dsa_layer_flops_per_token(spec: ModelSpec, seq_len: int, *, indexer: bool) -
 def dsa_flops_per_token(spec: ModelSpec, seq_len: int) -> tuple[float, float]:
     """DSA models: every decoder and MTP layer's ``dsa_layer_flops_per_token``, indexer layers
     counted over the decoder numbering and each MTP block's own (1..m), as Bridge counts them."""
-    indexers = sum(spec.dsa_computes_topk(i) for i in range(1, spec.num_layers + 1))
+    indexers = sum(spec.has_dsa_indexer(i) for i in range(spec.num_layers))
     indexers += sum(spec.dsa_computes_topk(i) for i in range(1, spec.mtp_num_layers + 1))
     plain = dsa_layer_flops_per_token(spec, seq_len, indexer=False)
     with_indexer = dsa_layer_flops_per_token(spec, seq_len, indexer=True)

@@ -28,6 +28,7 @@ stored tensors); Megatron-Core ``transformer_layer.py``, ``moe/token_dispatcher.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from importlib import resources
 
@@ -337,7 +338,7 @@ def stage_state_bytes(
     params = stage_params_per_gpu(model, layout, stage)
     if not options.is_lora:
         return params, model_state_bytes(params, layout, options, architecture=architecture)
-    adapters = stage_trained_params_per_gpu(model, layout, stage, options)
+    adapters = stage_lora_params_per_gpu(model, layout, stage, options)
     return adapters, model_state_bytes(params, layout, options, architecture=architecture, trainable=adapters)
 
 
@@ -452,6 +453,15 @@ def gqa_attention_activation_bytes(model: ModelSpec, shape: TokenShape, options:
     return stored + dropout_mask_bytes(shape, h, options.hidden_dropout)
 
 
+def mla_latent_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions) -> float:
+    """What MLA keeps before its up-projections, plain or absorbed (DSA): the standalone input norm
+    (``norm_bytes``) and the down-projection outputs with their norms 2·2·T·(rq + rkv + dr)/sp
+    (down projections are not split over TP)."""
+    rq, rkv, dr = model.q_lora_rank or 0, model.kv_lora_rank, model.qk_pos_emb_head_dim
+    stored = norm_bytes(shape, model.hidden_size, options, standalone=True)
+    return stored + 2 * BF16 * shape.tokens * (rq + rkv + dr) / shape.sp
+
+
 def mla_attention_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions) -> float:
     """MLA block: norm; down-projection outputs and their norms 2·2·T·(rq + rkv + dr) (down
     projections are not split over TP); Q, K, V after the up-projections and RoPE, saved for the
@@ -461,9 +471,7 @@ def mla_attention_activation_bytes(model: ModelSpec, shape: TokenShape, options:
     core attention; projection input; dropout mask."""
     h, n = model.hidden_size, model.num_attention_heads
     dn, dr, dv = model.qk_head_dim, model.qk_pos_emb_head_dim, model.v_head_dim
-    rq, rkv = model.q_lora_rank or 0, model.kv_lora_rank
-    stored = norm_bytes(shape, h, options, standalone=True)
-    stored += 2 * BF16 * shape.tokens * (rq + rkv + dr) / shape.sp
+    stored = mla_latent_bytes(model, shape, options)
     if not options.recomputes("mla_up_proj"):
         stored += BF16 * shape.tokens * n * (2 * (dn + dr) + dv) / shape.tp
     stored += core_attention_bytes(model, shape, options, n * (dn + dr), n * dv)
@@ -478,7 +486,7 @@ def dsa_attention_activation_bytes(
     """DSA block: MLA with matrix absorption (experimental_attention_variant/absorbed_mla.py) and a
     sparse core over the top-k keys (dsa.py ``DSAttention``). Per microbatch, T local tokens:
 
-    - the norm and the down-projection outputs with their norms, as ``mla_attention_activation_bytes``;
+    - the norm and the down-projection outputs with their norms (``mla_latent_bytes``);
     - the query's no-RoPE part 2·T·n·dn/tp (the einsum with W_UK keeps it) and the absorbed query
       2·T·n·(rkv + dr)/tp, and the latent keys 2·S·(rkv + dr), which every TP rank holds whole
       and context parallelism all-gathers (S = T·cp: DSA supports only ``allgather`` CP, so K
@@ -495,11 +503,9 @@ def dsa_attention_activation_bytes(
     layer's transient, and the card's peaks fall on the optimizer step and the logits stage
     (memory_points.csv)."""
     h, n = model.hidden_size, model.num_attention_heads
-    dn, dr, dv = model.qk_head_dim, model.qk_pos_emb_head_dim, model.v_head_dim
-    rq, rkv = model.q_lora_rank or 0, model.kv_lora_rank
+    dn, dr, dv, rkv = model.qk_head_dim, model.qk_pos_emb_head_dim, model.v_head_dim, model.kv_lora_rank
     keys = shape.tokens * shape.cp
-    stored = norm_bytes(shape, h, options, standalone=True)
-    stored += 2 * BF16 * shape.tokens * (rq + rkv + dr) / shape.sp
+    stored = mla_latent_bytes(model, shape, options)
     if not options.recomputes("mla_up_proj"):
         stored += BF16 * shape.tokens * n * (dn + rkv + dr) / shape.tp + BF16 * keys * (rkv + dr)
     if not options.recomputes("core_attn"):
@@ -1064,13 +1070,9 @@ def stage_memory(
     logits = 0.0
     if stage.has_loss:
         logits = c.logits_scale * logits_loss_bytes(model, shape, options, 1 + stage.mtp_layers)
-    moe_layers = any(model.is_moe_layer(i) for i in stage.decoder_layers) or (
-        stage.mtp_layers and model.is_moe_layer(-1)
-    )
+    moe_layers = stage_holds(model, stage, model.is_moe_layer)
     dispatch = c.moe_dispatch_scale * moe_dispatch_transient_bytes(model, shape, options) if moe_layers else 0.0
-    indexer_layers = any(model.has_dsa_indexer(i) for i in stage.decoder_layers) or (
-        stage.mtp_layers and model.has_dsa_indexer(model.mtp_layer)
-    )
+    indexer_layers = model.is_dsa and stage_holds(model, stage, model.has_dsa_indexer)
     scratch = dsa_kernel_scratch_bytes(model, shape) if indexer_layers else 0.0
     transient = c.transient_layer_scale * largest_layer + dispatch + scratch
     workspace = c.workspace_bytes + te_workspace_bytes(model, options, architecture)
@@ -1134,6 +1136,12 @@ def stage_memory(
         logits_at_peak=logits_live,
         transient_at_peak=transient_live,
     )
+
+
+def stage_holds(model: ModelSpec, stage: PipelineStage, holds: Callable[[int], bool]) -> bool:
+    """Whether a decoder or MTP layer of the stage satisfies ``holds``, a property of the layer
+    signature (MoE, DSA indexer): one layer per signature group is asked."""
+    return any(holds(first) for first, _ in stage.layer_groups) or bool(stage.mtp_layers and holds(model.mtp_layer))
 
 
 def cuda_graph_pool_bytes(
