@@ -265,7 +265,10 @@ def point_config(
     if recipe.get("main_grads_dtype") in ("fp32", "bf16"):
         inherited["main_grads_dtype"] = recipe["main_grads_dtype"]
     if recipe.get("use_precision_aware_optimizer") == "True":
-        inherited["exp_avg_dtype"] = "bf16"
+        # Moments as the recipe sets them (bridge_recipes.csv); perf_recipes.csv does not say, and
+        # its precision-aware recipes keep BF16 ones (perf_recipes/_common.py).
+        inherited["precision_aware"] = True
+        inherited["exp_avg_dtype"] = recipe.get("exp_avg_dtype") or "bf16"
     if recipe.get("main_params_dtype") in ("fp16", "bf16"):
         inherited["main_params_dtype"] = recipe["main_params_dtype"]
     if recipe.get("moe_expert_capacity_factor"):

@@ -158,6 +158,21 @@ def _peft_summary(peft: Any) -> dict[str, Any] | None:
     }
 
 
+def _precision_fields(config: Any) -> dict[str, Any]:
+    """A MixedPrecisionConfig's fields, the torch dtypes left out."""
+    import dataclasses
+
+    out = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    return {k: v for k, v in out.items() if isinstance(v, (int, float, str, bool, type(None)))}
+
+
+def registered_precisions(names: list[str]) -> dict[str, dict[str, Any]]:
+    """The fields of each registered mixed-precision config (mixed_precision.py)."""
+    from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+
+    return {name: _precision_fields(get_mixed_precision_config(name)) for name in names}
+
+
 def check_case(case: dict[str, Any]) -> dict[str, Any]:
     import megatron.bridge.recipes as recipes
     from megatron.bridge.training.config import runtime_config_update
@@ -170,6 +185,7 @@ def check_case(case: dict[str, Any]) -> dict[str, Any]:
         recipe_fn = getattr(recipes, case["recipe"])
         cfg = recipe_fn(peft_scheme="lora") if case["recipe"].endswith("_peft_config") else recipe_fn()
         result["recipe_has_comm_overlap"] = cfg.comm_overlap is not None
+        result["recipe_mixed_precision_is_object"] = not isinstance(cfg.mixed_precision, str)
         stage = "overrides"
         cfg = process_config_with_overrides(
             cfg, config_filepath=case.get("yaml"), cli_overrides=case.get("overrides") or None
@@ -186,6 +202,9 @@ def check_case(case: dict[str, Any]) -> dict[str, Any]:
             micro_batch_size=cfg.train.micro_batch_size,
             model=_model_summary(cfg.model),
             peft=_peft_summary(cfg.peft),
+            # What MixedPrecisionConfig.setup left on the DDP config and the precision it runs.
+            ddp_grad_reduce_in_fp32=bool(cfg.ddp.grad_reduce_in_fp32),
+            mixed_precision=_precision_fields(cfg.mixed_precision),
         )
     except Exception as exc:  # the verdict is the point: report it, do not crash the batch
         error = f"{type(exc).__name__}: {exc}"[:2000]
@@ -204,7 +223,8 @@ def main() -> int:
         _answer_te_version()
         _redirect_hub(request.get("hf_dirs", {}))
         results = [check_case(case) for case in request["cases"]]
-    json.dump({"results": results}, sys.stdout)
+        registered = registered_precisions(request.get("mixed_precision_names", []))
+    json.dump({"results": results, "registered_precisions": registered}, sys.stdout)
     return 0
 
 

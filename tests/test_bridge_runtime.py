@@ -20,11 +20,18 @@ from typing import Any
 import pytest
 
 from lcmoe.catalog import load_hardware, load_model
-from lcmoe.config_io.bridge import recipe_for, recipe_has_comm_overlap
+from lcmoe.config_io.bridge import (
+    MIXED_PRECISION,
+    keeps_bf16_grad_buffer,
+    mixed_precision_fields,
+    recipe_for,
+    recipe_has_comm_overlap,
+)
 from lcmoe.emit.bridge import overrides_text, yaml_config
 from lcmoe.plan.search import PlanRequest, search
 from lcmoe.rules.legality import violations
 from lcmoe.run import RunConfig
+from lcmoe.workload import TrainingOptions
 from tests.helpers import make_run, with_layout, with_options
 from tests.test_bridge_fields import _feature_runs
 
@@ -156,6 +163,7 @@ def _layout_with_overlap_and_no_vpp() -> tuple[RunConfig, list[str]]:
 class Verdicts:
     runs: dict[str, RunConfig]  # the good cases by name (each sent as overrides and as YAML)
     results: dict[str, dict[str, Any]]  # Bridge's answer by case name
+    registered_precisions: dict[str, dict[str, Any]]  # Bridge's registered mixed-precision configs
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +178,11 @@ def bridge(tmp_path_factory: pytest.TempPathFactory) -> Verdicts:
     bad = [*_known_bad(), ("old-vpp-null", old_run, old_lines)]
     cases += [{**_case(name, run, tmp), "overrides": lines} for name, run, lines in bad]
     cases.append(_case("old-vpp-null/fixed", old_run, tmp))
-    request = {"hf_dirs": {k: str(v) for k, v in HF_DIRS.items()}, "cases": cases}
+    request = {
+        "hf_dirs": {k: str(v) for k, v in HF_DIRS.items()},
+        "cases": cases,
+        "mixed_precision_names": sorted(set(MIXED_PRECISION.values())),
+    }
     done = subprocess.run(
         [BRIDGE_PYTHON, str(HERE / "bridge_runtime.py")],
         input=json.dumps(request),
@@ -181,7 +193,8 @@ def bridge(tmp_path_factory: pytest.TempPathFactory) -> Verdicts:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    return Verdicts(runs, {r["name"]: r for r in json.loads(done.stdout)["results"]})
+    answer = json.loads(done.stdout)
+    return Verdicts(runs, {r["name"]: r for r in answer["results"]}, answer["registered_precisions"])
 
 
 def _expected(run: RunConfig) -> dict[str, Any]:
@@ -252,6 +265,47 @@ def test_recipe_comm_overlap_table_matches_bridge(bridge: Verdicts) -> None:
     for name, run in bridge.runs.items():
         recipe = recipe_for(run.model, run.options)
         assert bridge.results[name]["recipe_has_comm_overlap"] == recipe_has_comm_overlap(recipe), recipe
+
+
+def test_recipe_mixed_precision_table_matches_bridge(bridge: Verdicts) -> None:
+    """lcmoe merges precision fields only into recipes that hold a MixedPrecisionConfig object."""
+    holds = {
+        recipe_for(run.model, run.options): bridge.results[name]["recipe_mixed_precision_is_object"]
+        for name, run in bridge.runs.items()
+    }
+    wrong = sorted(recipe for recipe, is_object in holds.items() if is_object != keeps_bf16_grad_buffer(recipe))
+    assert not wrong, holds
+
+
+def test_precision_fields_are_bridges_registered_configs(bridge: Verdicts) -> None:
+    """The fields lcmoe writes for a precision are those of Bridge's registered config of that name
+    (with its default parameter quantization and FP32 gradient reduction)."""
+    for precision, name in MIXED_PRECISION.items():
+        if precision == "fp16":
+            continue  # always written by name
+        ours = mixed_precision_fields(TrainingOptions(seq_len=4096, precision=precision))
+        theirs = bridge.registered_precisions[name]
+        assert {k: theirs[k] for k in ours} == ours, name
+
+
+def test_bridge_runs_the_precision_and_gradient_buffer_lcmoe_counts(bridge: Verdicts) -> None:
+    """After start-up (MixedPrecisionConfig.setup), the DDP gradient buffer is BF16 exactly where
+    lcmoe counted one, and the FP8/FP4 recipe and parameter quantization are lcmoe's: every plan
+    and every run whose recipe can keep a BF16 buffer (a recipe naming its precision reduces in
+    FP32, which the planner counts, ``keeps_bf16_grad_buffer``)."""
+    planned = {name for name, _ in _plans()}
+    for name, run in bridge.runs.items():
+        opt = run.options
+        keeps = keeps_bf16_grad_buffer(recipe_for(run.model, opt))
+        for key in (name, name + "/yaml"):
+            got = bridge.results[key]
+            want_fp32 = opt.main_grads_dtype == "fp32" or not keeps
+            assert got["ddp_grad_reduce_in_fp32"] == want_fp32, key
+            if name in planned:
+                assert got["ddp_grad_reduce_in_fp32"] == (opt.main_grads_dtype == "fp32"), key
+            if keeps and opt.precision != "fp16":
+                fields = mixed_precision_fields(opt)
+                assert {k: got["mixed_precision"][k] for k in fields} == fields, key
 
 
 def test_bridge_and_lcmoe_refuse_the_same_layouts(bridge: Verdicts) -> None:

@@ -197,3 +197,59 @@ def test_reader_takes_bf16_gradient_buffer_from_ddp_flag() -> None:
     fp32 = run_from_overrides(base, model=spec, hardware=gpu, num_gpus=8)
     bf16 = run_from_overrides({**base, "ddp.grad_reduce_in_fp32": False}, model=spec, hardware=gpu, num_gpus=8)
     assert (fp32.options.main_grads_dtype, bf16.options.main_grads_dtype) == ("fp32", "bf16")
+
+
+def test_bridge_precision_is_merged_into_a_recipe_config_object() -> None:
+    """A recipe holding a MixedPrecisionConfig object gets its precision fields (so a BF16 gradient
+    buffer survives start-up); a recipe naming its precision gets the name, which reduces
+    gradients in FP32, and the planner counts that buffer. Both read back to the same run."""
+    import yaml
+
+    from lcmoe.cli.common import parse_overrides
+    from lcmoe.config_io.bridge import flatten, overrides_from_run, run_from_overrides
+    from lcmoe.emit.bridge import overrides_text, yaml_config
+
+    qwen = with_options(
+        make_run("qwen3-30b-a3b", "h100", seq_len=4096, cp=1, ep=8, pp=1, vpp=1, gpus=8), precision="mxfp8"
+    )
+    fields = overrides_from_run(qwen)["mixed_precision"]
+    assert isinstance(fields, dict)
+    assert (fields["grad_reduce_in_fp32"], fields["fp8_recipe"], fields["fp8_param_gather"]) == (False, "mxfp8", True)
+    for values in (
+        parse_overrides(overrides_text(qwen).split(), option="overrides"),
+        flatten(yaml.safe_load(yaml_config(qwen))),
+    ):
+        back = run_from_overrides(values, model=qwen.model, hardware=qwen.hardware, num_gpus=8)
+        assert (back.options.precision, back.options.main_grads_dtype, back.options.quantized_params) == (
+            "mxfp8",
+            "bf16",
+            True,
+        )
+    named = make_run("qwen3-235b-a22b", "gb200", seq_len=4096, cp=1, ep=8, pp=4, vpp=1, gpus=64)
+    assert overrides_from_run(named)["mixed_precision"] == "bf16_mixed"
+    # The name's grad_reduce_in_fp32=True overwrites ddp.* at start-up (MixedPrecisionConfig.setup).
+    values = parse_overrides([*overrides_text(named).split(), "ddp.grad_reduce_in_fp32=false"], option="overrides")
+    assert (
+        run_from_overrides(values, model=named.model, hardware=named.hardware, num_gpus=64).options.main_grads_dtype
+        == "fp32"
+    )
+
+
+def test_planner_counts_the_gradient_buffer_bridge_will_run() -> None:
+    from lcmoe.plan.search import base_options
+
+    def grads(model: str) -> str:
+        request = PlanRequest(model=load_model(model), hardware=load_hardware("h100"), num_gpus=64, seq_len=32768)
+        return base_options(request, "bf16").main_grads_dtype
+
+    assert (grads("qwen3-30b-a3b"), grads("qwen3-235b-a22b")) == ("bf16", "fp32")
+
+
+def test_megatron_lm_bf16_gradient_buffer_without_precision_aware_optimizer() -> None:
+    from lcmoe.config_io.megatron_args import options_from_args, tokenize_args
+
+    run = with_options(make_run(), main_grads_dtype="bf16", exp_avg_dtype="fp32")
+    args = megatron_lm_args(run)
+    assert "--grad-reduce-in-bf16" in args and "--use-precision-aware-optimizer" not in args
+    read = options_from_args(tokenize_args(args))
+    assert (read.main_grads_dtype, read.precision_aware_optimizer) == ("bf16", False)

@@ -71,7 +71,12 @@ class TrainingOptions:
     distributed_optimizer: bool = True
     num_distributed_optimizer_instances: int = 1
     megatron_fsdp: bool = False
+    # The DDP gradient buffer: BF16 under Bridge's ``grad_reduce_in_fp32=False`` / Megatron-LM's
+    # ``--grad-reduce-in-bf16``, or a precision-aware optimizer's BF16 main grads.
     main_grads_dtype: Literal["fp32", "bf16"] = "fp32"
+    # Megatron's ``use_precision_aware_optimizer``; None: on exactly when the moments or the master
+    # parameters are below FP32, which only that optimizer allows (optimizer_config.py).
+    precision_aware: bool | None = None
     exp_avg_dtype: Literal["fp32", "bf16", "fp8"] = "fp32"
     # The precision-aware optimizer may keep its master parameters in 16 bits (Nemotron-3 Super).
     main_params_dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
@@ -154,6 +159,15 @@ class TrainingOptions:
                 f"needs an FP8 or FP4 precision, not {self.precision} (transformer_config.py: fp8_param requires fp8)",
                 "drop --fp8-params or pick fp8-tensorwise, fp8-blockwise, mxfp8 or nvfp4",
             )
+        if self.precision_aware is False and (self.exp_avg_dtype != "fp32" or self.main_params_dtype != "fp32"):
+            raise LcmoeError(
+                "precision_aware",
+                False,
+                f"contradicts exp_avg_dtype={self.exp_avg_dtype}, main_params_dtype={self.main_params_dtype}: "
+                "moments or master parameters below FP32 need the precision-aware optimizer "
+                "(optimizer_config.py)",
+                "set use_precision_aware_optimizer or keep FP32 moments and master parameters",
+            )
         if self.recompute_num_layers < 1:
             raise LcmoeError("recompute_num_layers", self.recompute_num_layers, "must be ≥ 1", "e.g. 1")
         if self.peft not in ("none", "lora"):
@@ -195,9 +209,12 @@ class TrainingOptions:
 
     @property
     def precision_aware_optimizer(self) -> bool:
-        """Whether the optimizer needs ``use_precision_aware_optimizer``: a main gradient, master
-        parameter or moment dtype below FP32 (what the emitters switch on)."""
-        return self.exp_avg_dtype != "fp32" or self.main_grads_dtype != "fp32" or self.main_params_dtype != "fp32"
+        """Whether the run uses ``use_precision_aware_optimizer`` (``precision_aware``, or when unset
+        a moment or master-parameter dtype below FP32, which needs it). A BF16 gradient buffer
+        alone does not: Bridge's perf recipes reduce in BF16 with the plain optimizer."""
+        if self.precision_aware is not None:
+            return self.precision_aware
+        return self.exp_avg_dtype != "fp32" or self.main_params_dtype != "fp32"
 
     @property
     def tensor_core_precision(self) -> str:

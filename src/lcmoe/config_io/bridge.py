@@ -123,6 +123,115 @@ MIXED_PRECISION = {
 PRECISION_OF_MIXED = {v: k for k, v in MIXED_PRECISION.items()} | {
     v.replace("_", "-"): k for k, v in MIXED_PRECISION.items()
 }
+# The fields of Bridge's MixedPrecisionConfig that decide precision, as its registered configs set
+# them (megatron/bridge/training/mixed_precision.py, megatron-bridge 0.6.2; the dtype fields stay
+# the recipe's BF16 ones). Written out field by field because a registered *name* always brings
+# ``grad_reduce_in_fp32=True`` (bf16_mixed), which ``MixedPrecisionConfig.setup`` copies onto
+# ``ddp.grad_reduce_in_fp32`` at start-up, overriding any ``ddp.*`` override: a BF16 gradient
+# buffer survives only as a field of the recipe's own config object.
+MIXED_PRECISION_DEFAULTS: dict[str, Any] = {
+    "fp32": False,
+    "fp16": False,
+    "bf16": True,
+    "autocast_enabled": False,
+    "grad_reduce_in_fp32": True,
+    "fp8": None,
+    "fp8_recipe": "tensorwise",
+    "first_last_layers_bf16": False,
+    "fp8_margin": 0,
+    "fp8_amax_history_len": 1,
+    "fp8_amax_compute_algo": "most_recent",
+    "fp8_wgrad": True,
+    "fp8_dot_product_attention": False,
+    "fp8_multi_head_attention": False,
+    "fp8_param": False,
+    "fp8_param_gather": False,
+    "fp4": None,
+    "fp4_recipe": "nvfp4",
+    "fp4_param": False,
+    "fp4_param_gather": False,
+    "num_layers_at_start_in_bf16": 0,
+    "num_layers_at_end_in_bf16": 0,
+    "reuse_grad_buf_for_mxfp8_param_ag": False,
+}
+MIXED_PRECISION_FIELDS: dict[str, dict[str, Any]] = {
+    "bf16": {},
+    "fp8-tensorwise": {
+        "fp8": "hybrid",
+        "first_last_layers_bf16": True,
+        "num_layers_at_start_in_bf16": 1,
+        "num_layers_at_end_in_bf16": 1,
+    },
+    "fp8-delayed": {
+        "fp8": "hybrid",
+        "fp8_recipe": "delayed",
+        "fp8_amax_history_len": 1024,
+        "fp8_amax_compute_algo": "max",
+    },
+    "fp8-blockwise": {"fp8": "hybrid", "fp8_recipe": "blockwise"},
+    "mxfp8": {"fp8": "e4m3", "fp8_recipe": "mxfp8"},
+    "nvfp4": {"fp4": "e2m1"},
+}
+# Recipes whose ConfigContainer holds a MixedPrecisionConfig object, so that its fields can be
+# overridden (``mixed_precision={…}`` merges into it); the others hold a registered name
+# ("bf16_mixed", recipes/common.py) that only a name can replace. Checked against megatron-bridge
+# 0.6.2 by tests/test_bridge_runtime.py; a recipe not listed is treated as holding a name.
+RECIPES_WITH_MIXED_PRECISION_OBJECT = frozenset(
+    {
+        "deepseek_v3_pretrain_config",
+        "glm52_pretrain_416gpu_h100_bf16_config",
+        "llama3_70b_pretrain_config",
+        "nemotron_3_5_lightning_pretrain_config",
+        "nemotron_3_nano_pretrain_config",
+        "qwen3_30b_a3b_pretrain_config",
+        "qwen3_30b_a3b_peft_config",
+    }
+)
+
+
+def keeps_bf16_grad_buffer(recipe: str) -> bool:
+    """Whether lcmoe's overrides can give this recipe's run a BF16 DDP gradient buffer: only a
+    recipe holding a MixedPrecisionConfig object (``RECIPES_WITH_MIXED_PRECISION_OBJECT``); a
+    registered name reduces gradients in FP32."""
+    return recipe in RECIPES_WITH_MIXED_PRECISION_OBJECT
+
+
+def mixed_precision_fields(options: TrainingOptions) -> dict[str, Any]:
+    """Every precision field of Bridge's MixedPrecisionConfig for ``options``: the registered
+    config's (``MIXED_PRECISION_FIELDS``), the gradient buffer's dtype and whether the parameters
+    are quantized (``TrainingOptions.quantized_params``; mxfp8 then reuses the gradient buffer for
+    the parameter all-gather, which Bridge requires, config.py:1491-1495)."""
+    fields = MIXED_PRECISION_DEFAULTS | MIXED_PRECISION_FIELDS[options.precision]
+    fields["grad_reduce_in_fp32"] = options.main_grads_dtype == "fp32"
+    quantized = options.quantized_params
+    if options.precision == "nvfp4":
+        fields.update(fp4_param=quantized, fp4_param_gather=quantized)
+    elif options.is_fp8:
+        fields.update(fp8_param=quantized, fp8_param_gather=quantized)
+        fields["reuse_grad_buf_for_mxfp8_param_ag"] = quantized and options.precision == "mxfp8"
+    return fields
+
+
+def precision_of_fields(fields: dict[str, Any]) -> str:
+    """The lcmoe precision a MixedPrecisionConfig's fields describe (inverse of
+    ``mixed_precision_fields``)."""
+    if fields.get("fp4") not in (None, "None", "null"):
+        return "nvfp4"
+    if fields.get("fp8") in (None, "None", "null"):
+        return "fp16" if fields.get("fp16") is True else "bf16"
+    return {"delayed": "fp8-delayed", "blockwise": "fp8-blockwise", "mxfp8": "mxfp8"}.get(
+        str(fields.get("fp8_recipe", "tensorwise")), "fp8-tensorwise"
+    )
+
+
+def mixed_precision_override(run: RunConfig) -> str | dict[str, Any]:
+    """``mixed_precision``: the precision fields merged into the recipe's own config object where it
+    holds one (keeps a BF16 gradient buffer and the parameter dtype choice), else the registered
+    name (``RECIPES_WITH_MIXED_PRECISION_OBJECT``; fp16 always by name, its dtypes differ)."""
+    opt = run.options
+    if opt.precision == "fp16" or not keeps_bf16_grad_buffer(recipe_name(run.model, opt)):
+        return MIXED_PRECISION[opt.precision]
+    return mixed_precision_fields(opt)
 
 
 def overrides_from_run(run: RunConfig) -> dict[str, Any]:
@@ -140,7 +249,7 @@ def overrides_from_run(run: RunConfig) -> dict[str, Any]:
         "dataset.seq_length": opt.seq_len,
         "train.micro_batch_size": lay.mbs,
         "train.global_batch_size": lay.gbs,
-        "mixed_precision": MIXED_PRECISION[opt.precision],
+        "mixed_precision": mixed_precision_override(run),
     }
     if lay.cp > 1:
         out["model.cp_comm_type"] = lay.cp_comm_type
@@ -289,15 +398,7 @@ def run_from_overrides(
         cp_comm_type=str(_get(values, "model.cp_comm_type", "p2p")),
         pipeline_layout=str(layout_text) if layout_text else None,
     )
-    mixed = str(_get(values, "mixed_precision", "bf16_mixed"))
-    precision = PRECISION_OF_MIXED.get(mixed)
-    if precision is None:
-        raise LcmoeError(
-            "mixed_precision",
-            mixed,
-            "is not a registered Bridge precision recipe",
-            f"use one of {', '.join(sorted(MIXED_PRECISION.values()))}",
-        )
+    precision, fields = _read_mixed_precision(values)
     granularity = _get(values, "model.recompute_granularity")
     modules = _list(_get(values, "model.recompute_modules")) or (["core_attn"] if granularity == "selective" else [])
     kind = str(_get(values, "model.moe_token_dispatcher_type", "alltoall"))
@@ -327,18 +428,88 @@ def run_from_overrides(
             or _get(values, "model.overlap_moe_expert_parallel_comm", False)
         ),
         distributed_optimizer=bool(_get(values, "ddp.use_distributed_optimizer", True)),
-        # A BF16 DDP gradient buffer: the precision-aware optimizer's main grads, or
-        # ddp.grad_reduce_in_fp32=False as every perf recipe sets (facts §2).
-        main_grads_dtype="bf16"
-        if (aware and _get(values, "optimizer.main_grads_dtype", "bf16") == "bf16")
-        or _get(values, "ddp.grad_reduce_in_fp32", True) in (False, "false", "False")
-        else "fp32",
+        fp8_param_gather=_quantized_params(precision, fields),
+        main_grads_dtype=_gradient_buffer_dtype(values, fields, aware=aware),
+        precision_aware=aware,
         exp_avg_dtype="bf16" if aware and _get(values, "optimizer.exp_avg_dtype", "bf16") == "bf16" else "fp32",
         main_params_dtype=_sixteen_bit(_get(values, "optimizer.main_params_dtype", "fp32")) if aware else "fp32",
         optimizer_offload_fraction=offload,
         **_peft_fields(values),
     )
     return RunConfig(model, hardware, layout, options)
+
+
+def _read_mixed_precision(values: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+    """(precision, the MixedPrecisionConfig fields given): ``mixed_precision`` as a registered
+    name (fields None), as ``{k:v,…}`` fields (an override) or as ``mixed_precision.<field>``
+    keys (a flattened YAML mapping); absent, the recipe's BF16."""
+    given = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("mixed_precision.")}
+    value = _get(values, "mixed_precision")
+    if isinstance(value, dict):
+        # YAML reads Hydra's "{k:v,…}" (no space after the colon) as keys "k:v" without values.
+        items = (
+            str(k) if v is None and ":" in str(k) else f"{k}:{'null' if v is None else v}" for k, v in value.items()
+        )
+        value = _parse_fields("{" + ",".join(items) + "}")
+        given = {**value, **given}
+    elif isinstance(value, str) and value.strip().startswith("{"):
+        given = {**_parse_fields(value), **given}
+    elif value is not None:
+        precision = PRECISION_OF_MIXED.get(str(value))
+        if precision is None:
+            raise LcmoeError(
+                "mixed_precision",
+                value,
+                "is not a registered Bridge precision recipe",
+                f"use one of {', '.join(sorted(MIXED_PRECISION.values()))}",
+            )
+        return precision, None
+    if not given:
+        return "bf16", None
+    return precision_of_fields(given), given
+
+
+def _quantized_params(precision: str, fields: dict[str, Any] | None) -> bool | None:
+    """Quantized parameters as the given fields set them (``fp4_param_gather`` under NVFP4,
+    ``fp8_param_gather`` under FP8); None (the registered config's choice) when not given."""
+    key = "fp4_param_gather" if precision == "nvfp4" else "fp8_param_gather"
+    if fields is None or key not in fields or precision in ("bf16", "fp16"):
+        return None
+    return fields[key] not in (False, "false", "False", None)
+
+
+def _parse_fields(text: str) -> dict[str, Any]:
+    """Hydra's ``{k:v,…}`` (flat, as ``format_override_value`` writes it) as a dict."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in text.strip().strip("{}").split(","):
+        key, sep, raw = item.partition(":")
+        if not sep:
+            raise LcmoeError(
+                "mixed_precision", text, "is not a {key:value,…} mapping", "write mixed_precision={fp8:hybrid,…}"
+            )
+        out[key.strip()] = yaml.safe_load(raw.strip()) if raw.strip() else None
+    return out
+
+
+def _gradient_buffer_dtype(
+    values: dict[str, Any], fields: dict[str, Any] | None, *, aware: bool
+) -> Literal["fp32", "bf16"]:
+    """The DDP gradient buffer's dtype. ``MixedPrecisionConfig.setup`` copies the mixed-precision
+    config's ``grad_reduce_in_fp32`` onto ``ddp`` at start-up, so that field decides when it is
+    given, and a registered name decides by its own (FP32 but for fp16_mixed); otherwise the
+    ``ddp`` override (perf recipes: False, facts §2) or a precision-aware optimizer's BF16 main
+    grads."""
+    falsy = (False, "false", "False")
+    if fields is not None and "grad_reduce_in_fp32" in fields:
+        return "bf16" if fields["grad_reduce_in_fp32"] in falsy else "fp32"
+    named = _get(values, "mixed_precision")
+    if isinstance(named, str) and named in PRECISION_OF_MIXED:
+        return "bf16" if PRECISION_OF_MIXED[named] == "fp16" else "fp32"
+    if _get(values, "ddp.grad_reduce_in_fp32", True) in falsy:
+        return "bf16"
+    return "bf16" if aware and _get(values, "optimizer.main_grads_dtype", "bf16") == "bf16" else "fp32"
 
 
 def _peft_fields(values: dict[str, Any]) -> dict[str, Any]:
@@ -365,11 +536,14 @@ def _sixteen_bit(value: Any) -> Literal["fp32", "fp16", "bf16"]:
 
 
 def format_override_value(value: Any) -> str:
-    """Hydra/OmegaConf spelling: null, true/false, [a,b] lists, plain numbers and strings."""
+    """Hydra/OmegaConf spelling: null, true/false, [a,b] lists, {k:v,…} dictionaries, plain numbers
+    and strings."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list | tuple):
         return "[" + ",".join(str(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{format_override_value(v)}" for k, v in value.items()) + "}"
     return str(value)

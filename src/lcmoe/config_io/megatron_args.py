@@ -277,6 +277,7 @@ def options_from_args(args: dict[str, Any]) -> TrainingOptions:
         num_distributed_optimizer_instances=_int(args, "num-distributed-optimizer-instances", 1) or 1,
         megatron_fsdp=bool(args.get("use-megatron-fsdp")),
         main_grads_dtype=main_grads,
+        precision_aware=aware,
         exp_avg_dtype=exp_avg,
         main_params_dtype=main_params,
         optimizer_offload_fraction=offload,

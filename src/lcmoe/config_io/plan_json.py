@@ -69,7 +69,8 @@ def run_from_plan(doc: dict[str, Any], *, index: int = 0, hardware: HardwareSpec
         options = TrainingOptions(
             seq_len=int(inputs["seq_len"]),
             precision=str(entry["precision"]),
-            main_grads_dtype="bf16",
+            # Plans written before main_grads_dtype was recorded all planned a BF16 buffer.
+            main_grads_dtype="fp32" if entry.get("main_grads_dtype") == "fp32" else "bf16",
             exp_avg_dtype="bf16" if entry.get("precision_aware_optimizer") else "fp32",
             optimizer_offload_fraction=float(entry["optimizer_offload_fraction"]),
             recompute_granularity=rec["granularity"],

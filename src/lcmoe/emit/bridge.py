@@ -34,8 +34,8 @@ def python_snippet(run: RunConfig, recipe: str) -> str:
         "cfg = recipe_fn()",
     ]
     for key, value in overrides_from_run(run).items():
-        if key == "mixed_precision":
-            lines.append(f"cfg.mixed_precision = {value!r}")
+        if isinstance(value, dict):  # fields of the recipe's own config object (mixed_precision)
+            lines += [f"cfg.{key}.{field} = {item!r}" for field, item in value.items()]
             continue
         lines.append(f"cfg.{key} = {value!r}")
     return "\n".join(lines) + "\n"

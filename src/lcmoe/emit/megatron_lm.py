@@ -96,6 +96,10 @@ def megatron_lm_args(run: RunConfig) -> list[str]:
         ]
         if opt.main_params_dtype != "fp32":
             args.append(f"--main-params-dtype={opt.main_params_dtype}")
+    elif opt.main_grads_dtype == "bf16":
+        # A BF16 gradient buffer with the plain optimizer (arguments.py: grad_reduce_in_bf16 turns
+        # accumulate_allreduce_grads_in_fp32 off).
+        args.append("--grad-reduce-in-bf16")
     if opt.optimizer_offload_fraction > 0:
         args += [
             "--optimizer-cpu-offload",

@@ -347,9 +347,10 @@ def optimizer_grad_copy_bytes(params: StageParams, layout: ParallelLayout, optio
     buffer is BF16 and the optimizer is not precision-aware: (P_dense/shard_dense +
     P_expert/shard_expert)·4·(1 − offload fraction). The distributed optimizer sets
     ``shard_main_param.grad = shard_model_grad.float()`` (distrib_optimizer.py:2756-2800,
-    ``_copy_model_grads_to_main_grads``); a precision-aware optimizer reads the BF16 shard in
-    place (``decoupled_grad``) and Megatron-FSDP keeps its own buffers, so neither copies."""
-    if options.main_grads_dtype != "bf16" or options.exp_avg_dtype != "fp32" or options.megatron_fsdp:
+    ``_copy_model_grads_to_main_grads``); a precision-aware optimizer, whatever its moment dtype,
+    reads the BF16 shard in place (``decoupled_grad``, distrib_optimizer.py:2783-2790) and
+    Megatron-FSDP keeps its own buffers, so neither copies."""
+    if options.main_grads_dtype != "bf16" or options.precision_aware_optimizer or options.megatron_fsdp:
         return 0.0
     shard_dense, shard_expert = optimizer_shards(layout, options)
     shard_params = params.dense / shard_dense + params.expert / shard_expert

@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
+from lcmoe.config_io.bridge import keeps_bf16_grad_buffer, recipe_name
 from lcmoe.errors import LcmoeError
 from lcmoe.estimate.memory import MemoryEstimate, estimate_memory, stage_state_bytes
 from lcmoe.estimate.time import TimeCoefficients, TimeEstimate, estimate_time, shipped_time_coefficients
@@ -99,7 +100,8 @@ class Plan:
             "cuda_graph_scope": sorted(opt.cuda_graph_scope),
             "overlap_moe_expert_parallel_comm": opt.overlap_moe_expert_parallel_comm,
             "optimizer_offload_fraction": opt.optimizer_offload_fraction,
-            "precision_aware_optimizer": opt.exp_avg_dtype == "bf16",
+            "precision_aware_optimizer": opt.precision_aware_optimizer,
+            "main_grads_dtype": opt.main_grads_dtype,
             "peft": opt.peft_summary(),
             "memory": self.memory.as_dict(),
             "time": self.time.as_dict(),
@@ -250,9 +252,11 @@ def dispatchers_for(request: PlanRequest) -> tuple[str, ...]:
 
 
 def base_options(request: PlanRequest, precision: str) -> TrainingOptions:
-    """Bridge perf-recipe defaults: distributed + precision-aware optimizer (BF16 main grads and
-    moments), expandable segments, alltoall dispatcher."""
-    return TrainingOptions(
+    """Bridge perf-recipe defaults: distributed + precision-aware optimizer (BF16 moments),
+    expandable segments, alltoall dispatcher, and a BF16 gradient buffer where the model's Bridge
+    recipe can keep one under lcmoe's overrides (``keeps_bf16_grad_buffer``: a recipe that names
+    its mixed precision reduces gradients in FP32, so the plan counts what will run)."""
+    options = TrainingOptions(
         seq_len=request.seq_len,
         precision=precision,
         main_grads_dtype="bf16",
@@ -263,6 +267,9 @@ def base_options(request: PlanRequest, precision: str) -> TrainingOptions:
         lora_targets=request.lora_targets,
         lora_input_regather=request.lora_input_regather,
     )
+    if precision != "fp16" and not keeps_bf16_grad_buffer(recipe_name(request.model, options)):
+        options = replace(options, main_grads_dtype="fp32")
+    return options
 
 
 def _fits(memory: MemoryEstimate, margin: float) -> bool:
