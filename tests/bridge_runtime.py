@@ -158,6 +158,40 @@ def _peft_summary(peft: Any) -> dict[str, Any] | None:
     }
 
 
+def _changed_overrides(cfg: Any, overrides: list[str], stand_ins: list[str]) -> dict[str, list[str]]:
+    """Overrides whose field holds another value after start-up: {key: [written, final]}. Left
+    out: what a CPU stand-in changed (its own key, and the optimizer dtypes with the
+    precision-aware optimizer), ``mixed_precision`` (compared field by field elsewhere), the
+    deprecated ``model.cuda_graph_scope`` (Megatron-Core 0.19 moves it to
+    ``cuda_graph_modules``, reported as ``cuda_graph``) and paths."""
+    import yaml
+
+    skipped = {entry.split("=", 1)[0] for entry in stand_ins}
+    if "optimizer.use_precision_aware_optimizer" in skipped:
+        skipped |= {"optimizer.main_grads_dtype", "optimizer.exp_avg_dtype", "optimizer.exp_avg_sq_dtype"}
+    if "model.moe_token_dispatcher_type" in skipped:
+        skipped.add("model.moe_flex_dispatcher_backend")
+    changed = {}
+    for line in overrides:
+        key, _, raw = line.lstrip("+").partition("=")
+        if key in skipped or key in ("mixed_precision", "model.cuda_graph_scope", "model.cuda_graph_impl"):
+            continue
+        if key.startswith("checkpoint."):
+            continue
+        node: Any = cfg
+        for part in key.split("."):
+            node = getattr(node, part, None)
+        written = yaml.safe_load(raw)
+        final = list(node) if isinstance(node, (list, tuple, set, frozenset)) else node
+        if isinstance(written, list) and isinstance(final, list):
+            same = sorted(map(str, written)) == sorted(map(str, final))
+        else:
+            same = written == final or str(written) == str(final)
+        if not same:
+            changed[key] = [str(written), str(final)]
+    return changed
+
+
 def _precision_fields(config: Any) -> dict[str, Any]:
     """A MixedPrecisionConfig's fields, the torch dtypes left out."""
     import dataclasses
@@ -202,6 +236,11 @@ def check_case(case: dict[str, Any]) -> dict[str, Any]:
             micro_batch_size=cfg.train.micro_batch_size,
             model=_model_summary(cfg.model),
             peft=_peft_summary(cfg.peft),
+            changed_overrides=_changed_overrides(cfg, case.get("overrides") or [], result["cpu_stand_ins"]),
+            cuda_graph=[
+                str(cfg.model.cuda_graph_impl),
+                sorted(getattr(m, "name", str(m)) for m in (cfg.model.cuda_graph_modules or [])),
+            ],
             # What MixedPrecisionConfig.setup left on the DDP config and the precision it runs.
             ddp_grad_reduce_in_fp32=bool(cfg.ddp.grad_reduce_in_fp32),
             mixed_precision=_precision_fields(cfg.mixed_precision),

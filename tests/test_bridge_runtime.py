@@ -308,6 +308,22 @@ def test_bridge_runs_the_precision_and_gradient_buffer_lcmoe_counts(bridge: Verd
                 assert {k: got["mixed_precision"][k] for k in fields} == fields, key
 
 
+def test_every_emitted_override_survives_start_up(bridge: Verdicts) -> None:
+    """No override lcmoe writes is overwritten by Bridge's or Megatron-Core's start-up (the way a
+    registered mixed-precision name overwrote ddp.grad_reduce_in_fp32), and the CUDA graphs that
+    run are the planned ones (Megatron-Core 0.19 moves the deprecated scope to modules)."""
+    for name, run in bridge.runs.items():
+        got = bridge.results[name]
+        assert got["changed_overrides"] == {}, (name, got["changed_overrides"])
+        scope = run.options.cuda_graph_scope
+        if "full_iteration" in scope:
+            assert got["cuda_graph"][0] == "full_iteration", name
+        elif scope:
+            assert got["cuda_graph"] == ["transformer_engine", sorted(scope)], name
+        else:
+            assert got["cuda_graph"][0] == "none", name
+
+
 def test_bridge_and_lcmoe_refuse_the_same_layouts(bridge: Verdicts) -> None:
     for name, run, _ in _known_bad():
         assert not bridge.results[name]["ok"], f"Bridge accepted {name}"
