@@ -148,7 +148,11 @@ def test_scan_rate_moves_step_time_of_mamba_layers_only() -> None:
     c = shipped_time_coefficients(run.hardware.architecture)
     faster = dataclasses.replace(c, mamba_scan_flops_per_second=2 * c.mamba_scan_flops_per_second)
     assert estimate_time(run, faster).step_seconds < estimate_time(run, c).step_seconds
-    scan = sum(g.mamba_scan_flops * g.count for st in time_amounts(run).stages for g in st.groups)
+    scan = sum(
+        g.mamba_scan_flops * count
+        for st in time_amounts(run).stages
+        for g, count in zip(st.groups, st.counts, strict=True)
+    )
     tokens = 8192 * 1  # one microbatch on this GPU
     assert scan == pytest.approx(23 * mamba_scan_flops_per_layer(run.model) * tokens)
     dense = make_run("qwen3-30b-a3b", "h100", seq_len=8192, tp=1, cp=1, ep=8, pp=1, vpp=1, gpus=8, gbs=64)

@@ -156,6 +156,20 @@ def stage_params_per_gpu(model: ModelSpec, layout: ParallelLayout, stage: Pipeli
     )
 
 
+@dataclass(frozen=True, slots=True)
+class StagedLayout:
+    """A layout's pipeline stages and each stage's parameters per GPU: what every estimate of the
+    layout shares whatever the options (the planner builds it once per layout and passes it)."""
+
+    stages: tuple[PipelineStage, ...]
+    params: tuple[StageParams, ...]
+
+
+def staged_layout(model: ModelSpec, layout: ParallelLayout) -> StagedLayout:
+    stages = tuple(pipeline_stages(model, layout))
+    return StagedLayout(stages, tuple(stage_params_per_gpu(model, layout, stage) for stage in stages))
+
+
 def stage_lora_params_per_gpu(
     model: ModelSpec, layout: ParallelLayout, stage: PipelineStage, options: TrainingOptions
 ) -> StageParams:
@@ -323,19 +337,30 @@ def model_state_bytes(
 
 
 def stage_trained_params_per_gpu(
-    model: ModelSpec, layout: ParallelLayout, stage: PipelineStage, options: TrainingOptions
+    model: ModelSpec,
+    layout: ParallelLayout,
+    stage: PipelineStage,
+    options: TrainingOptions,
+    params: StageParams | None = None,
 ) -> StageParams:
-    """The parameters that train on one GPU of a stage: all of them, or under LoRA the adapters."""
+    """The parameters that train on one GPU of a stage: all of them (``params`` when the caller
+    has them), or under LoRA the adapters."""
     if options.is_lora:
         return stage_lora_params_per_gpu(model, layout, stage, options)
-    return stage_params_per_gpu(model, layout, stage)
+    return params or stage_params_per_gpu(model, layout, stage)
 
 
 def stage_state_bytes(
-    model: ModelSpec, layout: ParallelLayout, stage: PipelineStage, options: TrainingOptions, architecture: str
+    model: ModelSpec,
+    layout: ParallelLayout,
+    stage: PipelineStage,
+    options: TrainingOptions,
+    architecture: str,
+    params: StageParams | None = None,
 ) -> tuple[StageParams, ModelState]:
-    """(trained parameters, model state) of one GPU of a stage (``stage_trained_params_per_gpu``)."""
-    params = stage_params_per_gpu(model, layout, stage)
+    """(trained parameters, model state) of one GPU of a stage (``stage_trained_params_per_gpu``;
+    ``params``: the stage's parameters when the caller has them)."""
+    params = params or stage_params_per_gpu(model, layout, stage)
     if not options.is_lora:
         return params, model_state_bytes(params, layout, options, architecture=architecture)
     adapters = stage_lora_params_per_gpu(model, layout, stage, options)
@@ -1015,10 +1040,11 @@ def stage_memory(
     architecture: str = "hopper",
     nvlink_domain: int = 8,
     known: tuple[dict[LayerSignature, float], dict[LayerSignature, float]] | None = None,
+    params: StageParams | None = None,
 ) -> StageMemory:
     """Peak of one stage: the larger of two moments (``known``: per-layer activations already
     computed for this model, layout and options, and for their recompute-free replay, shared by
-    ``estimate_memory``'s stages).
+    ``estimate_memory``'s stages; ``params``: the stage's parameters per GPU, ``StagedLayout``).
 
     Forward/backward: model state + in-flight activations + loss buffers + transients.
     Optimizer step: model state + the FP32 gradient copies ``optimizer_grad_copy_bytes``
@@ -1030,7 +1056,7 @@ def stage_memory(
     c = coefficients
     known = known or ({}, {})
     shape = token_shape(layout, options)
-    trained, state = stage_state_bytes(model, layout, stage, options, architecture)
+    trained, state = stage_state_bytes(model, layout, stage, options, architecture, params)
     h = model.hidden_size
 
     inflight = inflight_microbatch_chunks(layout, stage.rank)
@@ -1266,10 +1292,11 @@ def estimate_memory(
     coefficients: MemoryCoefficients | None = None,
     *,
     first_step: bool = False,
-    stages: list[PipelineStage] | None = None,
+    staged: StagedLayout | None = None,
 ) -> MemoryEstimate:
     """Peak memory of every pipeline stage (worst GPU of each); see ``stage_memory``.
-    ``stages`` may be passed when the caller already has them (the planner does)."""
+    ``staged`` (``staged_layout`` of this model and layout) may be passed when the caller already
+    has it (the planner does)."""
     coeffs = coefficients or shipped_coefficients()
     architecture = hardware.architecture if hardware else "hopper"
     nvlink_domain = hardware.nvlink_domain_size if hardware else 8
@@ -1277,7 +1304,7 @@ def estimate_memory(
     # options are rebuilt only then: the planner's cached per-layer terms keep their keys.
     if options.attention_backend != "unfused" and attention_kernel(options, architecture) == "unfused":
         options = replace(options, attention_backend="unfused")
-    stage_list = stages if stages is not None else pipeline_stages(model, layout)
+    staged = staged or staged_layout(model, layout)
     known: tuple[dict[LayerSignature, float], dict[LayerSignature, float]] = ({}, {})
     stages_memory = tuple(
         stage_memory(
@@ -1290,8 +1317,9 @@ def estimate_memory(
             architecture=architecture,
             nvlink_domain=nvlink_domain,
             known=known,
+            params=params,
         )
-        for stage in stage_list
+        for stage, params in zip(staged.stages, staged.params, strict=True)
     )
     capacity = hardware.hbm_bytes if hardware else float("inf")
     host = hardware.host_memory_bytes if hardware else float("inf")

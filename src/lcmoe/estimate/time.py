@@ -51,12 +51,15 @@ from lcmoe.estimate.flops import (
 )
 from lcmoe.estimate.memory import (
     BF16,
+    StagedLayout,
+    StageParams,
     layer_activation_bytes,
     stage_trained_params_per_gpu,
+    staged_layout,
     token_shape,
 )
 from lcmoe.estimate.params import LayerSignature, attention_kind, layer_signature, lora_adapters
-from lcmoe.layout import PipelineStage, pipeline_stages
+from lcmoe.layout import PipelineStage
 from lcmoe.run import RunConfig
 from lcmoe.specs.model import AttentionKind, ModelSpec
 from lcmoe.workload import TrainingOptions
@@ -478,9 +481,9 @@ ATTENTION_EFFICIENCY_MEASURED: dict[str, tuple[float, float]] = {
 # ----- amounts (coefficient-free) ------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class LayerAmounts:
-    """One group of identical layers on a stage: work per microbatch on one GPU, and how many."""
+    """One layer of a group of identical layers on a stage: its work per microbatch on one GPU
+    (``StageAmounts.counts`` says how many)."""
 
-    count: int
     dense_flops: float
     expert_flops: float
     attention_flops: float
@@ -504,6 +507,7 @@ class LayerAmounts:
 class StageAmounts:
     rank: int
     groups: tuple[LayerAmounts, ...]
+    counts: tuple[int, ...]  # layers of each group
     logits_flops: float
     pp_bytes: float
     dp_bytes: float
@@ -585,7 +589,7 @@ def adapter_flops_per_token(model: ModelSpec, layer: int, options: TrainingOptio
 
 
 def _layer_amounts(run: RunConfig, layer: int, no_recompute: TrainingOptions) -> LayerAmounts:
-    """One layer's amounts (count 1; the stage sets its group's count). ``no_recompute``: the
+    """One layer's amounts (the stage counts its group's layers). ``no_recompute``: the
     run's options without recompute (what the forward touches once)."""
     model, layout, options = run.model, run.layout, run.options
     shape = token_shape(layout, options)
@@ -630,7 +634,6 @@ def _layer_amounts(run: RunConfig, layer: int, no_recompute: TrainingOptions) ->
         4 * blocks * (layout.tp - 1) / layout.tp * shape.tokens * model.hidden_size * BF16 if layout.tp > 1 else 0.0
     )
     return LayerAmounts(
-        count=1,
         dense_flops=(f.dense_gemm * base_share + adapter_dense) * tokens,
         expert_flops=(f.expert_gemm * base_share + adapter_expert) * tokens,
         attention_flops=f.attention_core * tokens,
@@ -654,11 +657,13 @@ def _layer_amounts(run: RunConfig, layer: int, no_recompute: TrainingOptions) ->
 def _stage_amounts(
     run: RunConfig,
     stage: PipelineStage,
+    stage_params: StageParams,
     per_signature: dict[LayerSignature, LayerAmounts],
     no_recompute: TrainingOptions,
 ) -> StageAmounts:
-    """``per_signature``: one layer's amounts per signature, shared by the run's stages (filled
-    here); ``no_recompute``: the run's options without recompute (what a forward touches once)."""
+    """``stage_params``: the stage's parameters per GPU; ``per_signature``: one layer's amounts
+    per signature, shared by the run's stages (filled here); ``no_recompute``: the run's options
+    without recompute (what a forward touches once)."""
     from lcmoe.estimate.memory import optimizer_shards
 
     model, layout, options, hardware = run.model, run.layout, run.options, run.hardware
@@ -671,7 +676,8 @@ def _stage_amounts(
         for key, (first, _) in counts.items():
             if key not in per_signature:
                 per_signature[key] = _layer_amounts(run, first, no_recompute)
-    groups = tuple(replace(per_signature[key], count=count) for key, (_, count) in counts.items())
+    groups = tuple(per_signature[key] for key in counts)
+    group_counts = tuple(count for _, count in counts.values())
     tokens = options.seq_len * layout.mbs / (layout.tp * layout.cp)
     logits = 0.0
     if stage.has_loss:
@@ -679,7 +685,7 @@ def _stage_amounts(
         logits = passes * model.hidden_size * model.padded_vocab_size(layout.tp) * (1 + stage.mtp_layers) * tokens
     shape = token_shape(layout, options)
     pp_bytes = 2 * shape.tokens * model.hidden_size * BF16 / shape.sp if layout.pp > 1 else 0.0
-    params = stage_trained_params_per_gpu(model, layout, stage, options)
+    params = stage_trained_params_per_gpu(model, layout, stage, options, stage_params)
     grad_bytes = 4.0 if options.main_grads_dtype == "fp32" else 2.0
     dense_dp, edp = layout.dp * layout.cp, max(layout.edp, 1)
     dp_bytes = (
@@ -690,13 +696,14 @@ def _stage_amounts(
     offloaded = local * options.optimizer_offload_fraction
     del hardware
     return StageAmounts(
-        stage.rank, groups, logits, pp_bytes, dp_bytes, (local - offloaded) * 28, offloaded, offloaded * 6
+        stage.rank, groups, group_counts, logits, pp_bytes, dp_bytes, (local - offloaded) * 28, offloaded, offloaded * 6
     )
 
 
-def time_amounts(run: RunConfig, stages: list[PipelineStage] | None = None) -> RunAmounts:
+def time_amounts(run: RunConfig, staged: StagedLayout | None = None) -> RunAmounts:
     """The coefficient-free amounts of a run: FLOPs by kind and bytes by link, per stage.
-    ``stages`` may be passed when the caller already has them (the planner does)."""
+    ``staged`` (``staged_layout`` of the run's model and layout) may be passed when the caller
+    already has it (the planner does)."""
     model, layout, hardware, options = run.model, run.layout, run.hardware, run.options
     shape = token_shape(layout, options)
     local_experts = max((model.num_moe_experts or 1) / layout.ep, 1.0)
@@ -704,10 +711,11 @@ def time_amounts(run: RunConfig, stages: list[PipelineStage] | None = None) -> R
     tokens = layout.gbs * options.seq_len
     per_signature: dict[LayerSignature, LayerAmounts] = {}
     no_recompute = replace(options, recompute_granularity="none", recompute_modules=frozenset())
+    staged = staged or staged_layout(model, layout)
     return RunAmounts(
         stages=tuple(
-            _stage_amounts(run, stage, per_signature, no_recompute)
-            for stage in (stages or pipeline_stages(model, layout))
+            _stage_amounts(run, stage, params, per_signature, no_recompute)
+            for stage, params in zip(staged.stages, staged.params, strict=True)
         ),
         gpu=hardware.name,
         gemm_peak=hardware.peak(options.tensor_core_precision),
@@ -826,7 +834,7 @@ def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients) -> Stage
     totals = dict.fromkeys(
         ("dense", "expert", "attention", "elementwise", "recompute", "tp", "cp", "ep", "ovh", "permute"), 0.0
     )
-    for g in stage.groups:
+    for g, count in zip(stage.groups, stage.counts, strict=True):
         dense = (g.dense_flops + g.linear_flops) / gemm
         experts = g.expert_flops / expert_rate * a.moe_imbalance if g.expert_flops else 0.0
         attention = g.attention_flops / attention_rate
@@ -868,7 +876,7 @@ def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients) -> Stage
             ("ovh", overhead),
             ("permute", permute),
         ):
-            totals[key] += value * g.count
+            totals[key] += value * count
     totals["dense"] += stage.logits_flops / (a.bf16_peak * clock * c.gemm_efficiency_bf16)
     # Interleaved: every microbatch passes each rank once per model chunk, so vpp sends and
     # receives per rank per microbatch (schedules.py forward_backward_pipelining_with_interleaving).
@@ -987,8 +995,9 @@ def combine(a: RunAmounts, c: TimeCoefficients) -> TimeEstimate:
 
 
 def estimate_time(
-    run: RunConfig, coefficients: TimeCoefficients | None = None, *, stages: list[PipelineStage] | None = None
+    run: RunConfig, coefficients: TimeCoefficients | None = None, *, staged: StagedLayout | None = None
 ) -> TimeEstimate:
-    """Step time of ``run`` with the shipped (or given) coefficients."""
+    """Step time of ``run`` with the shipped (or given) coefficients (``staged``: see
+    ``time_amounts``)."""
     c = coefficients or shipped_time_coefficients(run.hardware.architecture)
-    return combine(time_amounts(run, stages), c)
+    return combine(time_amounts(run, staged), c)

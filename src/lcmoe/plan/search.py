@@ -18,14 +18,12 @@ from dataclasses import dataclass, field, replace
 
 from lcmoe.config_io.bridge import keeps_bf16_grad_buffer, recipe_name
 from lcmoe.errors import LcmoeError
-from lcmoe.estimate.memory import MemoryEstimate, estimate_memory, stage_state_bytes
+from lcmoe.estimate.memory import MemoryEstimate, StagedLayout, estimate_memory, stage_state_bytes, staged_layout
 from lcmoe.estimate.time import TimeCoefficients, TimeEstimate, estimate_time, shipped_time_coefficients
 from lcmoe.layout import (
     ParallelLayout,
-    PipelineStage,
     auto_pipeline_layout,
     needs_explicit_layout,
-    pipeline_stages,
 )
 from lcmoe.rules.advice import Advice, advise, suggested_cp
 from lcmoe.rules.legality import violations
@@ -276,13 +274,14 @@ def _fits(memory: MemoryEstimate, margin: float) -> bool:
     return memory.fits(margin)
 
 
-def static_lower_bound_fits(run: RunConfig, margin: float, stages: list[PipelineStage] | None = None) -> bool:
+def static_lower_bound_fits(run: RunConfig, margin: float, staged: StagedLayout | None = None) -> bool:
     """Cheap prune: weights + grads + the GPU share of the optimizer with everything offloaded
     must already fit, or no recompute or offload can save the layout."""
     capacity = (1 - margin) * run.hardware.hbm_bytes
     offloaded = replace(run.options, optimizer_offload_fraction=1.0)
-    for stage in stages or pipeline_stages(run.model, run.layout):
-        _, state = stage_state_bytes(run.model, run.layout, stage, offloaded, run.hardware.architecture)
+    staged = staged or staged_layout(run.model, run.layout)
+    for stage, params in zip(staged.stages, staged.params, strict=True):
+        _, state = stage_state_bytes(run.model, run.layout, stage, offloaded, run.hardware.architecture, params)
         if state.weights + state.weight_copies + state.gradients > capacity:
             return False
     return True
@@ -330,7 +329,7 @@ def search(request: PlanRequest, progress: Callable[[int, int], None] | None = N
     for index, layout in enumerate(layouts):
         if progress:
             progress(index, len(layouts))
-        stages: list[PipelineStage] | None = None  # the same for every precision; built once legal
+        staged: StagedLayout | None = None  # the same for every precision; built once legal
         for precision in precisions_for(request):
             options = base_options(request, precision)
             run = RunConfig(request.model, request.hardware, layout, options)
@@ -338,16 +337,16 @@ def search(request: PlanRequest, progress: Callable[[int, int], None] | None = N
             if violations(run, megatron_core_version=request.megatron_core_version):
                 continue
             legal += 1
-            stages = stages or pipeline_stages(run.model, run.layout)
-            if not static_lower_bound_fits(run, request.memory_margin, stages):
+            staged = staged or staged_layout(run.model, run.layout)
+            if not static_lower_bound_fits(run, request.memory_margin, staged):
                 continue
-            fitted = _first_fitting(request, run, stages)
+            fitted = _first_fitting(request, run, staged)
             if fitted is None:
                 if len(over) < 64:  # enough to name the closest plan when nothing fits
-                    memory = estimate_memory(run.model, run.hardware, run.layout, run.options, stages=stages)
-                    over.append(Plan(run, memory, estimate_time(run, request.time_coefficients, stages=stages)))
+                    memory = estimate_memory(run.model, run.hardware, run.layout, run.options, staged=staged)
+                    over.append(Plan(run, memory, estimate_time(run, request.time_coefficients, staged=staged)))
                 continue
-            best_variant = _fastest_fitting_variant(request, fitted, stages)
+            best_variant = _fastest_fitting_variant(request, fitted, staged)
             if best_variant is not None:
                 evaluated.append(best_variant)
     if progress:
@@ -370,7 +369,7 @@ def search(request: PlanRequest, progress: Callable[[int, int], None] | None = N
     return result
 
 
-def _fastest_fitting_variant(request: PlanRequest, fitted: RunConfig, stages: list[PipelineStage]) -> Plan | None:
+def _fastest_fitting_variant(request: PlanRequest, fitted: RunConfig, staged: StagedLayout) -> Plan | None:
     """The fastest legal variant of ``fitted`` that still fits. Time does not depend on memory, so
     the variants are timed first and memory is estimated fastest-first until one fits (most
     variants fit, so this is usually one memory estimate instead of one per variant)."""
@@ -378,17 +377,17 @@ def _fastest_fitting_variant(request: PlanRequest, fitted: RunConfig, stages: li
     for variant in _variants(request, fitted):
         if violations(variant, megatron_core_version=request.megatron_core_version):
             continue
-        timed.append((variant, estimate_time(variant, request.time_coefficients, stages=stages)))
+        timed.append((variant, estimate_time(variant, request.time_coefficients, staged=staged)))
     # Stable sort: among equal predictions the first enumerated variant wins, as before.
     timed.sort(key=lambda pair: -pair[1].tokens_per_sec_per_gpu)
     for variant, time in timed:
-        memory = estimate_memory(variant.model, variant.hardware, variant.layout, variant.options, stages=stages)
+        memory = estimate_memory(variant.model, variant.hardware, variant.layout, variant.options, staged=staged)
         if _fits(memory, request.memory_margin):
             return Plan(variant, memory, time)
     return None
 
 
-def _first_fitting(request: PlanRequest, run: RunConfig, stages: list[PipelineStage]) -> RunConfig | None:
+def _first_fitting(request: PlanRequest, run: RunConfig, staged: StagedLayout) -> RunConfig | None:
     """The cheapest (recompute, offload) pair that fits. Per rung of the recompute ladder the
     needed offload fraction is solved from the optimizer bytes (memory falls linearly with it),
     rounded up to {0, .25, .5, .75, 1} and verified; the first rung that fits without offload
@@ -405,7 +404,7 @@ def _first_fitting(request: PlanRequest, run: RunConfig, stages: list[PipelineSt
         trial = replace(run, options=options)
         if violations(trial, megatron_core_version=request.megatron_core_version):
             continue
-        memory = estimate_memory(trial.model, trial.hardware, trial.layout, trial.options, stages=stages)
+        memory = estimate_memory(trial.model, trial.hardware, trial.layout, trial.options, staged=staged)
         fraction = 0.0
         if not _fits(memory, request.memory_margin):
             if not request.allow_offload:
@@ -416,12 +415,12 @@ def _first_fitting(request: PlanRequest, run: RunConfig, stages: list[PipelineSt
                 continue
             fraction = next((f for f in OFFLOAD_FRACTIONS if f * optimizer * 1.05 >= excess), 1.0)
             trial = replace(trial, options=replace(options, optimizer_offload_fraction=fraction))
-            memory = estimate_memory(trial.model, trial.hardware, trial.layout, trial.options, stages=stages)
+            memory = estimate_memory(trial.model, trial.hardware, trial.layout, trial.options, staged=staged)
             if not _fits(memory, request.memory_margin):
                 if fraction == 1.0:
                     continue
                 trial = replace(trial, options=replace(options, optimizer_offload_fraction=1.0))
-                memory = estimate_memory(trial.model, trial.hardware, trial.layout, trial.options, stages=stages)
+                memory = estimate_memory(trial.model, trial.hardware, trial.layout, trial.options, staged=staged)
                 if not _fits(memory, request.memory_margin):
                     continue
         candidates.append(trial)
@@ -430,7 +429,7 @@ def _first_fitting(request: PlanRequest, run: RunConfig, stages: list[PipelineSt
     if not candidates:
         return None
     return max(
-        candidates, key=lambda r: estimate_time(r, request.time_coefficients, stages=stages).tokens_per_sec_per_gpu
+        candidates, key=lambda r: estimate_time(r, request.time_coefficients, staged=staged).tokens_per_sec_per_gpu
     )
 
 
