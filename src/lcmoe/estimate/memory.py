@@ -889,11 +889,10 @@ def te_workspace_bytes(model: ModelSpec, options: TrainingOptions, architecture:
     return per_stream * streams
 
 
-@functools.lru_cache(maxsize=1024)
 def replayed_options(options: TrainingOptions) -> TrainingOptions:
     """The options a layer's backward runs under: selectively recomputed modules are
     rematerialised for it (the checkpoint replays their forward), so its working set is the
-    layer without selective recompute. Cached: the planner asks once per stage and candidate."""
+    layer without selective recompute (``estimate_memory`` builds them once for its stages)."""
     if options.recompute_granularity != "selective":
         return options
     return replace(options, recompute_granularity="none", recompute_modules=frozenset())
@@ -1041,10 +1040,12 @@ def stage_memory(
     nvlink_domain: int = 8,
     known: tuple[dict[LayerSignature, float], dict[LayerSignature, float]] | None = None,
     params: StageParams | None = None,
+    replayed: TrainingOptions | None = None,
 ) -> StageMemory:
     """Peak of one stage: the larger of two moments (``known``: per-layer activations already
     computed for this model, layout and options, and for their recompute-free replay, shared by
-    ``estimate_memory``'s stages; ``params``: the stage's parameters per GPU, ``StagedLayout``).
+    ``estimate_memory``'s stages; ``params``: the stage's parameters per GPU, ``StagedLayout``;
+    ``replayed``: ``replayed_options(options)``).
 
     Forward/backward: model state + in-flight activations + loss buffers + transients.
     Optimizer step: model state + the FP32 gradient copies ``optimizer_grad_copy_bytes``
@@ -1064,7 +1065,7 @@ def stage_memory(
     # The allgather dispatcher keeps gathered copies of every TP·EP rank's tokens that the
     # per-tensor physics does not list; their size is fitted (allgather_moe_scale).
     moe_scale = c.allgather_moe_scale if options.dispatcher == "allgather" else 1.0
-    replayed = replayed_options(options)
+    replayed = replayed or replayed_options(options)
     # Under selective recompute a layer's backward works on what the replay rematerialises, so
     # the largest working set is the largest layer without it: one layer per signature suffices.
     largest_layer = 0.0
@@ -1306,6 +1307,7 @@ def estimate_memory(
         options = replace(options, attention_backend="unfused")
     staged = staged or staged_layout(model, layout)
     known: tuple[dict[LayerSignature, float], dict[LayerSignature, float]] = ({}, {})
+    replayed = replayed_options(options)
     stages_memory = tuple(
         stage_memory(
             model,
@@ -1318,6 +1320,7 @@ def estimate_memory(
             nvlink_domain=nvlink_domain,
             known=known,
             params=params,
+            replayed=replayed,
         )
         for stage, params in zip(staged.stages, staged.params, strict=True)
     )
