@@ -229,6 +229,8 @@ def check_case(case: dict[str, Any]) -> dict[str, Any]:
         stage = "runtime_config_update"
         cfg = copy.deepcopy(cfg)  # validate() mutates and is not idempotent after a failure
         runtime_config_update(cfg)
+        if case.get("dump_yaml"):
+            cfg.to_yaml(case["dump_yaml"])  # what logger.save_config_filepath writes (setup.py)
         result.update(
             ok=True,
             data_parallel_size=cfg.data_parallel_size,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +164,7 @@ class Verdicts:
     runs: dict[str, RunConfig]  # the good cases by name (each sent as overrides and as YAML)
     results: dict[str, dict[str, Any]]  # Bridge's answer by case name
     registered_precisions: dict[str, dict[str, Any]]  # Bridge's registered mixed-precision configs
+    saved_configs: dict[str, Path]  # the config Bridge saved after start-up, by case name
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +174,8 @@ def bridge(tmp_path_factory: pytest.TempPathFactory) -> Verdicts:
     runs = dict([*_plans(), *[(f"feature{i}", r) for i, r in enumerate(_feature_runs())], *_lora_runs(), *_dsa_runs()])
     cases = []
     for name, run in runs.items():
-        cases += [_case(name, run, tmp), _case(name + "/yaml", run, tmp, as_yaml=True)]
+        saved = {"dump_yaml": str(tmp / f"saved-{len(cases)}.yaml")}  # logger.save_config_filepath
+        cases += [{**_case(name, run, tmp), **saved}, _case(name + "/yaml", run, tmp, as_yaml=True)]
     old_run, old_lines = _layout_with_overlap_and_no_vpp()
     bad = [*_known_bad(), ("old-vpp-null", old_run, old_lines)]
     cases += [{**_case(name, run, tmp), "overrides": lines} for name, run, lines in bad]
@@ -194,7 +196,8 @@ def bridge(tmp_path_factory: pytest.TempPathFactory) -> Verdicts:
     )
     assert done.returncode == 0, done.stderr[-4000:]
     answer = json.loads(done.stdout)
-    return Verdicts(runs, {r["name"]: r for r in answer["results"]}, answer["registered_precisions"])
+    saved = {case["name"]: Path(case["dump_yaml"]) for case in cases if "dump_yaml" in case}
+    return Verdicts(runs, {r["name"]: r for r in answer["results"]}, answer["registered_precisions"], saved)
 
 
 def _expected(run: RunConfig) -> dict[str, Any]:
@@ -322,6 +325,32 @@ def test_every_emitted_override_survives_start_up(bridge: Verdicts) -> None:
             assert got["cuda_graph"] == ["transformer_engine", sorted(scope)], name
         else:
             assert got["cuda_graph"][0] == "none", name
+
+
+def test_check_reads_the_config_bridge_saves_back_to_the_plan(bridge: Verdicts) -> None:
+    """``lcmoe check`` on the resolved config Bridge writes at start-up (logger.save_config_filepath,
+    Megatron-Core 0.19 field names: cuda_graph_modules, cuda_graph_impl=full_iteration) finds the
+    planned layout and options, but for what a CPU stand-in changed."""
+    from lcmoe.catalog import read_yaml_text
+    from lcmoe.config_io.bridge import flatten, run_from_overrides
+
+    for name, run in bridge.runs.items():
+        stand_ins = " ".join(bridge.results[name]["cpu_stand_ins"])
+        values = flatten(read_yaml_text(bridge.saved_configs[name].read_text(), origin=name))
+        back = run_from_overrides(values, model=run.model, hardware=run.hardware, num_gpus=run.layout.world_size)
+        assert back.layout == run.layout, name
+        ignored = {"fp8_param_gather"}  # compared as quantized_params: None means the recipe's default
+        if "use_precision_aware_optimizer" in stand_ins:
+            ignored |= {"precision_aware", "exp_avg_dtype", "main_params_dtype"}
+        if "moe_token_dispatcher_type" in stand_ins:
+            ignored.add("dispatcher")
+        # A recipe naming its precision reduces in FP32 (the planner counts that; these hand-made
+        # feature runs may not).
+        keeps = keeps_bf16_grad_buffer(recipe_for(run.model, run.options))
+        want = replace(run.options, main_grads_dtype=run.options.main_grads_dtype if keeps else "fp32")
+        for field in set(TrainingOptions.__dataclass_fields__) - ignored:
+            assert getattr(back.options, field) == getattr(want, field), (name, field)
+        assert back.options.quantized_params == run.options.quantized_params, name
 
 
 def test_bridge_and_lcmoe_refuse_the_same_layouts(bridge: Verdicts) -> None:

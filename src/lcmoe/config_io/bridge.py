@@ -342,7 +342,7 @@ def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
 
 def _get(values: dict[str, Any], key: str, default: Any = None) -> Any:
     value = values.get(key, default)
-    return default if value in ("None", "null") else value
+    return default if value is None or value in ("None", "null") else value
 
 
 def _int(values: dict[str, Any], key: str, default: int) -> int:
@@ -395,17 +395,19 @@ def run_from_overrides(
         mbs=_int(values, "train.micro_batch_size", 1),
         gbs=_int(values, "train.global_batch_size", dp),
         sequence_parallel=bool(_get(values, "model.sequence_parallel", tp > 1)) and tp > 1,
-        cp_comm_type=str(_get(values, "model.cp_comm_type", "p2p")),
+        cp_comm_type=_cp_comm_type(values, cp),
         pipeline_layout=str(layout_text) if layout_text else None,
     )
     precision, fields = _read_mixed_precision(values)
     granularity = _get(values, "model.recompute_granularity")
     modules = _list(_get(values, "model.recompute_modules")) or (["core_attn"] if granularity == "selective" else [])
-    kind = str(_get(values, "model.moe_token_dispatcher_type", "alltoall"))
+    # A dense model dispatches nothing, whatever its recipe's (unused) dispatcher field says.
+    kind = str(_get(values, "model.moe_token_dispatcher_type", "alltoall")) if model.is_moe else "alltoall"
     dispatcher = str(_get(values, "model.moe_flex_dispatcher_backend", "deepep")) if kind == "flex" else kind
     impl = str(_get(values, "model.cuda_graph_impl", "none"))
-    scopes = frozenset(_list(_get(values, "model.cuda_graph_scope"))) if impl != "none" else frozenset()
-    if impl == "local" and not scopes:
+    scopes = frozenset(_graph_modules(values)) if impl != "none" else frozenset()
+    if impl == "full_iteration" or (impl == "local" and not scopes):
+        # Megatron-Core 0.19 names the local full-iteration graph cuda_graph_impl=full_iteration.
         scopes = frozenset({"full_iteration"})
     aware = bool(_get(values, "optimizer.use_precision_aware_optimizer", False))
     offload_key = "optimizer.optimizer_offload_fraction"
@@ -437,6 +439,25 @@ def run_from_overrides(
         **_peft_fields(values),
     )
     return RunConfig(model, hardware, layout, options)
+
+
+def _cp_comm_type(values: dict[str, Any], cp: int) -> str:
+    """``model.cp_comm_type`` (Megatron-Core also accepts ``allgather``, transformer_config.py);
+    without CP it is unused, whatever a recipe left there (GLM-5.2's say allgather)."""
+    if cp == 1:
+        return "p2p"
+    kind = str(_get(values, "model.cp_comm_type", "p2p"))
+    return "all_gather" if kind.replace("_", "").lower() == "allgather" else kind
+
+
+def _graph_modules(values: dict[str, Any]) -> list[str]:
+    """The graphed modules: ``model.cuda_graph_scope`` as lcmoe and older configs write it, or
+    ``model.cuda_graph_modules``, where Megatron-Core 0.19 moves it (a config Bridge saves lists
+    CudaGraphModule entries as ``{_name_: attn, …}`` mappings)."""
+    given = _get(values, "model.cuda_graph_scope") or _get(values, "model.cuda_graph_modules")
+    if isinstance(given, list | tuple):
+        return [str(item.get("_name_", "")) if isinstance(item, dict) else str(item) for item in given]
+    return _list(given)
 
 
 def _read_mixed_precision(values: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
