@@ -253,3 +253,12 @@ def test_megatron_lm_bf16_gradient_buffer_without_precision_aware_optimizer() ->
     assert "--grad-reduce-in-bf16" in args and "--use-precision-aware-optimizer" not in args
     read = options_from_args(tokenize_args(args))
     assert (read.main_grads_dtype, read.precision_aware_optimizer) == ("bf16", False)
+
+
+def test_megatron_lm_reader_takes_the_full_iteration_impl_spelling() -> None:
+    """Megatron-Core 0.19 spells the local full-iteration graph ``--cuda-graph-impl=full_iteration``."""
+    from lcmoe.config_io.megatron_args import options_from_args, tokenize_args
+
+    for spelling in (["--cuda-graph-impl=full_iteration"], ["--cuda-graph-impl=local"]):
+        read = options_from_args(tokenize_args(["--seq-length=4096", *spelling]))
+        assert read.cuda_graph_scope == frozenset({"full_iteration"}), spelling

@@ -246,7 +246,8 @@ def options_from_args(args: dict[str, Any]) -> TrainingOptions:
     modules = args.get("recompute-modules") or (["core_attn"] if granularity == "selective" else [])
     graph_modules = args.get("cuda-graph-modules") or args.get("cuda-graph-scope") or []
     graphs = frozenset(graph_modules) if args.get("cuda-graph-impl") not in (None, "none") else frozenset()
-    if args.get("cuda-graph-impl") == "local" and not graphs:
+    # Megatron-Core 0.19 names the local full-iteration graph --cuda-graph-impl=full_iteration.
+    if args.get("cuda-graph-impl") == "full_iteration" or (args.get("cuda-graph-impl") == "local" and not graphs):
         graphs = frozenset({"full_iteration"})
     aware = bool(args.get("use-precision-aware-optimizer"))
     main_grads: Literal["fp32", "bf16"] = (
