@@ -205,8 +205,7 @@ def test_bridge_precision_is_merged_into_a_recipe_config_object() -> None:
     gradients in FP32, and the planner counts that buffer. Both read back to the same run."""
     import yaml
 
-    from lcmoe.cli.common import parse_overrides
-    from lcmoe.config_io.bridge import flatten, overrides_from_run, run_from_overrides
+    from lcmoe.config_io.bridge import flatten, overrides_from_run, parse_override_lines, run_from_overrides
     from lcmoe.emit.bridge import overrides_text, yaml_config
 
     qwen = with_options(
@@ -216,7 +215,7 @@ def test_bridge_precision_is_merged_into_a_recipe_config_object() -> None:
     assert isinstance(fields, dict)
     assert (fields["grad_reduce_in_fp32"], fields["fp8_recipe"], fields["fp8_param_gather"]) == (False, "mxfp8", True)
     for values in (
-        parse_overrides(overrides_text(qwen).split(), option="overrides"),
+        parse_override_lines(overrides_text(qwen)),
         flatten(yaml.safe_load(yaml_config(qwen))),
     ):
         back = run_from_overrides(values, model=qwen.model, hardware=qwen.hardware, num_gpus=8)
@@ -228,7 +227,7 @@ def test_bridge_precision_is_merged_into_a_recipe_config_object() -> None:
     named = make_run("qwen3-235b-a22b", "gb200", seq_len=4096, cp=1, ep=8, pp=4, vpp=1, gpus=64)
     assert overrides_from_run(named)["mixed_precision"] == "bf16_mixed"
     # The name's grad_reduce_in_fp32=True overwrites ddp.* at start-up (MixedPrecisionConfig.setup).
-    values = parse_overrides([*overrides_text(named).split(), "ddp.grad_reduce_in_fp32=false"], option="overrides")
+    values = parse_override_lines(overrides_text(named) + "ddp.grad_reduce_in_fp32=false\n")
     assert (
         run_from_overrides(values, model=named.model, hardware=named.hardware, num_gpus=64).options.main_grads_dtype
         == "fp32"

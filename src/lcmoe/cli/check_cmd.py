@@ -63,7 +63,7 @@ def detect_format(text: str) -> str:
 
 def parse_run(text: str, *, model: str | None, gpu: str, gpus: int, seq_len: str | None, hardware: Any) -> Any:
     from lcmoe.cli.common import resolve_model
-    from lcmoe.config_io.bridge import flatten, run_from_overrides
+    from lcmoe.config_io.bridge import flatten, parse_override_lines, run_from_overrides
     from lcmoe.config_io.megatron_args import layout_from_args, options_from_args, parse_megatron_args, tokenize_args
     from lcmoe.run import RunConfig
     from lcmoe.units import parse_token_count
@@ -84,18 +84,7 @@ def parse_run(text: str, *, model: str | None, gpu: str, gpus: int, seq_len: str
         )
     spec = resolve_model(model)
     if fmt == "overrides":
-        import yaml
-
-        values: dict[str, Any] = {}
-        for line in text.splitlines():
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            key, _, raw = line.partition("=")
-            try:
-                values[key.strip().lstrip("+")] = yaml.safe_load(raw) if raw.strip() else None
-            except yaml.YAMLError:
-                values[key.strip()] = raw.strip()
+        values = parse_override_lines(text)
     else:
         from lcmoe.catalog import read_yaml_text
 

@@ -466,15 +466,10 @@ def _read_mixed_precision(values: dict[str, Any]) -> tuple[str, dict[str, Any] |
     keys (a flattened YAML mapping); absent, the recipe's BF16."""
     given = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("mixed_precision.")}
     value = _get(values, "mixed_precision")
+    if isinstance(value, str) and value.strip().startswith("{"):
+        value = _parse_fields(value)
     if isinstance(value, dict):
-        # YAML reads Hydra's "{k:v,…}" (no space after the colon) as keys "k:v" without values.
-        items = (
-            str(k) if v is None and ":" in str(k) else f"{k}:{'null' if v is None else v}" for k, v in value.items()
-        )
-        value = _parse_fields("{" + ",".join(items) + "}")
         given = {**value, **given}
-    elif isinstance(value, str) and value.strip().startswith("{"):
-        given = {**_parse_fields(value), **given}
     elif value is not None:
         precision = PRECISION_OF_MIXED.get(str(value))
         if precision is None:
@@ -497,6 +492,30 @@ def _quantized_params(precision: str, fields: dict[str, Any] | None) -> bool | N
     if fields is None or key not in fields or precision in ("bf16", "fp16"):
         return None
     return fields[key] not in (False, "false", "False", None)
+
+
+def parse_override_lines(text: str) -> dict[str, Any]:
+    """``KEY=VALUE`` lines (``overrides.txt``, ``#`` comments) as Hydra reads their values, the
+    inverse of ``format_override_value``: YAML scalars and lists, and ``{k:v,…}`` dictionaries,
+    which YAML would read as keys "k:v" without values. A leading ``+`` (append) is dropped; a
+    value YAML cannot read stays text."""
+    import yaml
+
+    values: dict[str, Any] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, _, raw = line.partition("=")
+        key, raw = key.strip().lstrip("+"), raw.strip()
+        if raw.startswith("{"):
+            values[key] = _parse_fields(raw)
+            continue
+        try:
+            values[key] = yaml.safe_load(raw) if raw else None
+        except yaml.YAMLError:
+            values[key] = raw
+    return values
 
 
 def _parse_fields(text: str) -> dict[str, Any]:

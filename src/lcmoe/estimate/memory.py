@@ -1302,7 +1302,7 @@ def estimate_memory(
     architecture = hardware.architecture if hardware else "hopper"
     nvlink_domain = hardware.nvlink_domain_size if hardware else 8
     # Only the unfused kernel stores differently (flash and fused keep the same tensors), so the
-    # options are rebuilt only then: the planner's cached per-layer terms keep their keys.
+    # options are copied only then, not on every estimate of the planner's hot path.
     if options.attention_backend != "unfused" and attention_kernel(options, architecture) == "unfused":
         options = replace(options, attention_backend="unfused")
     staged = staged or staged_layout(model, layout)
