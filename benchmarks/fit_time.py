@@ -220,6 +220,8 @@ def fit_families(cases: list[PerfCase], base: TimeCoefficients | None = None) ->
             **{n: float(v) for n, v in zip(slot.names, own, strict=True)},
             gpu_clock={g: float(factors[GPU_PREFIX + g]) for g in slot.gpus},
             fit={
+                "num_fitted_parameters": len(x0),
+                "fitted_names": [*shared, *slot.names],
                 "containers": {slot.reference: 1.0, LONG_CONTEXT: 1.0}
                 | {k: float(factors[k]) for k in slot.containers},
                 "reference_container": slot.reference,
@@ -273,23 +275,61 @@ def mape(cases: list[PerfCase], fitted: dict[str, TimeCoefficients]) -> float:
     return 100 * float(np.mean(errors)) if errors else 0.0
 
 
-def leave_one_model_out(cases: list[PerfCase], fitted: dict[str, TimeCoefficients]) -> tuple[float, float]:
+def leave_one_model_out(
+    cases: list[PerfCase], fitted: dict[str, TimeCoefficients]
+) -> tuple[float, float, dict[str, dict[str, float]]]:
     """Refit without each model, predict it; prints per-model MAPE, returns the row-weighted
-    MAPE over all rows and over the MoE rows. Families a refit has no rows for keep the full
-    fit's coefficients."""
+    MAPE over all rows and over the MoE rows, and per model {n, mape, bias_pct} (bias: mean
+    signed error). Families a refit has no rows for keep the full fit's coefficients."""
     errors: list[tuple[float, bool]] = []
+    per_model: dict[str, dict[str, float]] = {}
     for name in sorted({c.model_name for c in cases}):
         train = [c for c in cases if c.model_name != name]
         held = [c for c in cases if c.model_name == name]
         refit = fitted | fit_families(train)
-        err = mape(held, refit)
-        print(f"  leave out {name:18s} n={len(held):3d} MAPE {err:6.2f}%")
-        errors += [(err, held[0].run.model.is_moe)] * len(held)
+        signed = [predicted_tflops(c, refit[c.run.hardware.architecture]) / c.published_tflops - 1 for c in held]
+        err = 100 * float(np.mean(np.abs(signed)))
+        bias = 100 * float(np.mean(signed))
+        per_model[name] = {"n": len(held), "mape": err, "bias_pct": bias, "moe": float(held[0].run.model.is_moe)}
+        print(f"  leave out {name:30s} n={len(held):3d} MAPE {err:6.2f}%  bias {bias:+6.2f}%", flush=True)
+        errors += [(abs(e) * 100, held[0].run.model.is_moe) for e in signed]
     moe = [e for e, is_moe in errors if is_moe]
     return (
         float(np.mean([e for e, _ in errors])) if errors else 0.0,
         float(np.mean(moe)) if moe else 0.0,
+        per_model,
     )
+
+
+def fitted_parameter_count(fitted: dict[str, TimeCoefficients]) -> int:
+    """Free numbers of the joint fit (every family shares one vector; fit_families records it)."""
+    return max(int(c.fit.get("num_fitted_parameters", 0)) for c in fitted.values())  # type: ignore[call-overload]
+
+
+def near_bounds(fitted: dict[str, TimeCoefficients], tolerance: float = 0.01) -> list[str]:
+    """Fitted coefficients within ``tolerance`` of their bound's span from either bound."""
+    out = []
+    for family, c in fitted.items():
+        for name in c.fit.get("fitted_names", ()):  # type: ignore[attr-defined]
+            low, high = family_bounds(family)[name]
+            value = getattr(c, name)
+            if min(value - low, high - value) <= tolerance * (high - low):
+                out.append(f"{family}.{name}={value:.4g} in [{low:.4g}, {high:.4g}]")
+    return out
+
+
+def per_model_mape(cases: list[PerfCase], fitted: dict[str, TimeCoefficients]) -> dict[str, dict[str, float]]:
+    """In-sample {n, mape, bias_pct} per model."""
+    out = {}
+    for name in sorted({c.model_name for c in cases}):
+        held = [c for c in cases if c.model_name == name]
+        signed = [predicted_tflops(c, fitted[c.run.hardware.architecture]) / c.published_tflops - 1 for c in held]
+        out[name] = {
+            "n": len(held),
+            "mape": 100 * float(np.mean(np.abs(signed))),
+            "bias_pct": 100 * float(np.mean(signed)),
+        }
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -308,10 +348,22 @@ def main(argv: list[str] | None = None) -> int:
             coefficients.fit["reference_container"],
             {k: round(v, 3) for k, v in coefficients.fit["containers"].items()},
         )
-    summary = {"n": len(cases), "n_moe": len(moe), "mape_all": mape(cases, fitted), "mape_moe": mape(moe, fitted)}
+    num_fitted = fitted_parameter_count(fitted)
+    summary: dict[str, object] = {
+        "n": len(cases),
+        "n_moe": len(moe),
+        "num_fitted_parameters": num_fitted,
+        "rows_per_parameter": len(cases) / num_fitted,
+        "mape_all": mape(cases, fitted),
+        "mape_moe": mape(moe, fitted),
+        "per_model": per_model_mape(cases, fitted),
+    }
+    print(f"fitted parameters {num_fitted}, rows {len(cases)}, rows/parameter {len(cases) / num_fitted:.1f}")
+    near = near_bounds(fitted)
+    print("coefficients within 1% of a bound:", ", ".join(near) if near else "none")
     print(f"fit MAPE all {summary['mape_all']:.2f}% (n={len(cases)}), MoE {summary['mape_moe']:.2f}% (n={len(moe)})")
     if args.lomo:
-        summary["lomo_mape"], summary["lomo_mape_moe"] = leave_one_model_out(cases, fitted)
+        summary["lomo_mape"], summary["lomo_mape_moe"], summary["lomo_per_model"] = leave_one_model_out(cases, fitted)
         print(f"leave-one-model-out MAPE {summary['lomo_mape']:.2f}%, MoE rows {summary['lomo_mape_moe']:.2f}%")
     if args.write:
         payload = {

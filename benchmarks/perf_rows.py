@@ -3,15 +3,24 @@ RunConfigs with the recipe settings behind each row, for the time-model fit and 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
-from benchmarks.published import as_float, as_int, catalog_model_for_row, read_rows
-from lcmoe.catalog import load_hardware, load_model
+from benchmarks.published import (
+    as_float,
+    as_int,
+    catalog_model_for_label,
+    catalog_model_for_row,
+    not_in_catalog,
+    read_rows,
+)
+from lcmoe.catalog import load_hardware
 from lcmoe.errors import LcmoeError
 from lcmoe.layout import ParallelLayout, check_pipeline_layout
 from lcmoe.run import RunConfig, build_layout, resolve_pipeline_layout
-from lcmoe.workload import CUDA_GRAPH_SCOPES, TrainingOptions
+from lcmoe.specs.model import ModelSpec
+from lcmoe.workload import CUDA_GRAPH_SCOPES, RECOMPUTE_MODULES, TrainingOptions
 
 JOIN_KEY = ("container", "task", "model", "gpu", "precision", "variant")
 
@@ -141,9 +150,13 @@ def perf_cases(
         recipe = _recipe_for(row, recipes)
         reason = None
         if spec is None:
-            reason = "model not in catalog"
-        elif row.get("status") != "current" or row.get("task") not in tasks:
-            reason = f"not a current {'/'.join(tasks)} row"
+            reason = not_in_catalog(row.get("model_base") or row.get("model", ""))
+        elif row.get("status") != "current":
+            reason = f"superseded (status {row.get('status')}; no recipe trace)"
+        elif row.get("task") not in tasks:
+            reason = f"task {row.get('task')} (not {'/'.join(tasks)}: another reader)"
+        elif "tokendrop" in (row.get("model_qualifier") or "").replace("-", ""):
+            reason = "token-dropping run (capacity factor: not modelled)"
         elif not tflops:
             reason = "no TFLOP/s published"
         elif recipe is None:
@@ -211,77 +224,194 @@ def _run_for(row: dict[str, str], recipe: dict[str, str], spec: object) -> RunCo
     return RunConfig(spec, hardware, layout, options)
 
 
+# Layout fields a long-context row states in its columns (or, where a column is empty, in its
+# notes as "TP1 EP32 PP4 VPP12, MBS1 GBS1024").
+LAYOUT_FIELDS = ("tp", "cp", "ep", "etp", "pp", "vpp", "mbs", "gbs")
+_NOTE_FIELD = {"tp": "TP", "cp": "CP", "ep": "EP", "etp": "ETP", "pp": "PP", "vpp": "VPP", "mbs": "MBS", "gbs": "GBS"}
+# The card's recompute labels → Megatron's recompute_modules.
+_RECOMPUTE_LABELS = {"up_proj": "mla_up_proj", "norm": "layernorm", "layer_norm": "layernorm"}
+
+
+def stated_layout(row: dict[str, str]) -> dict[str, str]:
+    """The layout a row states: its columns, then "TP4"-style tokens in its notes."""
+    notes = row.get("notes", "")
+    stated: dict[str, str] = {}
+    for key in (*LAYOUT_FIELDS, "recompute", "cuda_graph", "cp_comm_type"):
+        value = (row.get(key) or "").strip()
+        if not value and key in _NOTE_FIELD:
+            match = re.search(rf"\b{_NOTE_FIELD[key]}\s*=?\s*(\d+)\b", notes)
+            value = match.group(1) if match else ""
+        if not value and key == "cuda_graph":
+            match = re.search(r"CUDA graphs? ([a-z_/+, ]+)", notes)
+            value = match.group(1) if match else ""
+        if value:
+            stated[key] = value
+    return stated
+
+
+def series_key(row: dict[str, str]) -> tuple[str, ...]:
+    """Rows of one CP-scaling series: same model label, GPU, precision and dispatcher."""
+    return tuple(row.get(k, "") for k in ("model", "gpu", "precision", "dispatcher"))
+
+
+def series_fill(row: dict[str, str], rows: list[dict[str, str]]) -> dict[str, str]:
+    """The row's stated layout, completed from the nearest-length row of its series that states
+    TP, EP and PP: the long-context card publishes a family's layout once and varies only CP
+    along the series (skills/nemo-mbridge-perf-moe-long-context card.yaml ``cp_scaling_data``;
+    data-README "long_context.csv"). CP and the GPU count stay the row's own."""
+    own = stated_layout(row)
+    if all(k in own for k in ("tp", "ep", "pp")):
+        return own
+    seq = as_int(row.get("seq_len"), 4096)
+    donors = [
+        stated_layout(r)
+        for r in sorted(rows, key=lambda r: abs(math.log(as_int(r.get("seq_len"), 4096) / seq)))
+        if series_key(r) == series_key(row) and r is not row
+    ]
+    donor = next((d for d in donors if all(k in d for k in ("tp", "ep", "pp"))), None)
+    if donor is None:
+        return own
+    inherited = {k: v for k, v in donor.items() if k not in ("cp", "gbs", "mbs")}
+    return inherited | own
+
+
+def recompute_setting(text: str) -> tuple[str, frozenset[str]]:
+    """("selective", modules) / ("full", ∅) / ("none", ∅) from a card's recompute cell
+    ("selective: up_proj, norm, moe, mlp")."""
+    text = text.lower()
+    if text.startswith("full"):
+        return "full", frozenset()
+    if "selective" not in text:
+        return "none", frozenset()
+    labels = re.findall(r"[a-z_]+", text.split("selective", 1)[1])
+    modules = frozenset(_RECOMPUTE_LABELS.get(m, m) for m in labels) & RECOMPUTE_MODULES
+    return ("selective", modules) if modules else ("none", frozenset())
+
+
+def precision_of(label: str) -> str:
+    """lcmoe's precision for a published precision label (BF16, FP8-Block, FP8-CS, MXFP8, NVFP4)."""
+    key = re.sub(r"[^a-z0-9]", "", label.lower())
+    if "fp4" in key:
+        return "nvfp4"
+    if "mx" in key:
+        return "mxfp8"
+    if "block" in key:
+        return "fp8-blockwise"
+    return "fp8-tensorwise" if "fp8" in key else "bf16"
+
+
+def dispatcher_of(label: str) -> str:
+    key = label.lower().replace("-", "").replace("_", "")
+    return next((d for d in ("hybridep", "deepep", "allgather") if d in key), "alltoall")
+
+
 def long_context_cases(path: str) -> tuple[list[PerfCase], list[dict[str, str]]]:
-    """long_context.csv rows. The DSV3 H100 CP series publishes the full layout only at 128K and
-    256K; the shorter points share it (TP1 EP32 PP8 VPP4, CP as published, DP = GPUs/(PP·CP)),
-    as the card states the family changes only CP; the rows add optimizer offload from 16K. GBS
-    is not published: 32 microbatches per pipeline are assumed (bubble (PP−1)/(VPP·M) ≈ 5%),
-    except where a row's note gives it (Qwen3-235B's 4K baseline). Recompute is published at 128K/256K
-    (up_proj, norm, moe, mlp); the 4K–64K points, for which the card says only "selective", take
-    the same set: CP grows with the sequence so every point holds 4K tokens per GPU and the same
-    per-GPU activations, and no narrower set of lcmoe's ladder fits an H100 (the set without
-    ``moe`` is predicted within 2% of the 80 GB, so picking "the narrowest that fits" would make
-    the time fit hinge on the memory estimator's last percent)."""
+    """Every row of a long-context table (long_context.csv's columns) that lcmoe can express.
+
+    The model comes from the catalog (``published_names``); the layout from the row's columns,
+    its notes ("TP1 EP32 PP4 VPP12, MBS1 GBS1024"), then the nearest row of its series
+    (``series_fill``); a row whose TP, EP or PP none of these state is skipped ("layout not
+    stated"). The measured rate is the row's model TFLOP/s, or its tokens/s (or step time and
+    GBS) turned into Bridge's model TFLOP/s with lcmoe's FLOP count (``estimate.flops``, which
+    matches Bridge's). GBS, where not stated, is 32 microbatches per pipeline (bubble
+    (PP−1)/(VPP·32)). DSA runs CP only by all-gather (dsa.py); other mixers use the row's
+    ``cp_comm_type`` or Megatron's default p2p. Optimizer offload is not costed
+    (LONG_CONTEXT_OFFLOAD_FRACTION)."""
+    rows = read_rows(path)
     cases, skipped = [], []
-    for row in read_rows(path):
-        label = f"{row['model']} {row['gpu']}x{row['num_gpus']} {row['seq_len']}"
-        tflops = as_float(row.get("tflops_unrounded_draft")) or as_float(row.get("tflops_per_gpu"))
-        name = (
-            "deepseek-v3"
-            if row["model"].startswith("DSV3")
-            else ("qwen3-235b-a22b" if row["model"].startswith("Qwen3 235B") else None)
-        )
-        if name is None or not tflops:
-            skipped.append({"row": label, "reason": "model not in catalog or no TFLOP/s"})
+    for row in rows:
+        label = f"{row.get('model', '')} {row.get('gpu', '')}x{row.get('num_gpus', '')} {row.get('seq_len', '')}"
+        spec = catalog_model_for_label(row.get("model", ""))
+        if spec is None:
+            skipped.append({"row": label, "reason": not_in_catalog(row.get("model", ""))})
             continue
-        spec = load_model(name)
-        hardware = load_hardware(row["gpu"])
-        seq = as_int(row["seq_len"])
-        gbs: int | None = None  # not published: 32 microbatches per pipeline
-        if name == "deepseek-v3":
-            tp, ep, pp, vpp = 1, 32, 8, 4
-            precision, dispatcher = "fp8-blockwise", "deepep"
-            granularity, modules = "selective", frozenset({"mla_up_proj", "layernorm", "moe", "mlp"})
-            graphs: frozenset[str] = frozenset()
-            offload = LONG_CONTEXT_OFFLOAD_FRACTION if row.get("optimizer_cpu_offload") == "True" else 0.0
-        else:
-            # 128K: SKILL.md "Qwen3 235B at 128K on GB200"; the 4K baseline: the row's note (the
-            # moe-hardware-configs card's TP1 EP32 PP4 VPP12, MBS1 GBS1024, same graph scope).
-            tp, ep, pp, vpp = (4, 32, 4, 12) if seq > 4096 else (1, 32, 4, 12)
-            gbs = None if seq > 4096 else 1024
-            precision, dispatcher = "bf16", "hybridep"
-            granularity, modules = (
-                ("selective", frozenset({"moe_act", "layernorm"})) if seq > 4096 else ("none", frozenset())
-            )
-            graphs = frozenset({"attn", "moe_router", "moe_preprocess"})
-            offload = 0.0
-        cp = as_int(row.get("cp"), 1)
-        world = as_int(row["num_gpus"])
-        if world % (tp * pp * cp):
-            skipped.append({"row": label, "reason": "layout does not divide the GPU count"})
+        if not row.get("gpu") or not row.get("num_gpus"):
+            skipped.append({"row": label, "reason": "GPU type or count not stated"})
             continue
-        dp = world // (tp * pp * cp)
-        layout = build_layout(spec, world, tp=tp, cp=cp, ep=ep, pp=pp, vpp=vpp, gbs=gbs or 32 * dp)
-        options = TrainingOptions(
-            seq_len=seq,
-            precision=precision,
-            recompute_granularity=granularity,  # type: ignore[arg-type]
-            recompute_modules=modules,
-            dispatcher=dispatcher,
-            cuda_graph_scope=graphs,
-            optimizer_offload_fraction=offload,
-            main_grads_dtype="bf16",
-            exp_avg_dtype="bf16",
-        )
-        run = RunConfig(spec, hardware, layout, options)
-        cases.append(
-            PerfCase(
-                label,
-                f"{name}/{row['gpu']}/{LONG_CONTEXT}",
-                name,
-                run,
-                tflops,
-                LONG_CONTEXT,
-            )
-        )
+        if "pretrain" not in (row.get("task") or "pretrain").lower():
+            skipped.append({"row": label, "reason": f"not a pretraining run ({row.get('task')})"})
+            continue
+        stated = series_fill(row, rows)
+        if not all(k in stated for k in ("tp", "ep", "pp")):
+            skipped.append({"row": label, "reason": "layout not stated"})
+            continue
+        try:
+            case = _long_context_case(row, spec, stated, label)
+        except (LcmoeError, ValueError) as exc:
+            skipped.append({"row": label, "reason": f"not expressible: {exc}"})
+            continue
+        if case is None:
+            skipped.append({"row": label, "reason": "no throughput published"})
+            continue
+        cases.append(case)
     return cases, skipped
+
+
+def _long_context_case(row: dict[str, str], spec: ModelSpec, stated: dict[str, str], label: str) -> PerfCase | None:
+    hardware = load_hardware(row["gpu"])
+    seq = as_int(row.get("seq_len"), 4096)
+    world = as_int(row["num_gpus"])
+    tp, cp, pp = (as_int(stated.get(k)) for k in ("tp", "cp", "pp"))
+    if world % (tp * pp * cp):
+        raise ValueError(f"{world} GPUs do not divide by TP·PP·CP = {tp * pp * cp}")
+    dp = world // (tp * pp * cp)
+    mbs = as_int(stated.get("mbs"))
+    gbs = as_int(stated.get("gbs"), 32 * dp * mbs)
+    granularity, modules = recompute_setting(stated.get("recompute", ""))
+    comm = (
+        "all_gather" if spec.is_dsa and cp > 1 else stated.get("cp_comm_type", "p2p").replace("allgather", "all_gather")
+    )
+    layout = build_layout(
+        spec,
+        world,
+        tp=tp,
+        cp=cp,
+        ep=as_int(stated.get("ep")),
+        etp=as_int(stated.get("etp")),
+        pp=pp,
+        vpp=as_int(stated.get("vpp")),
+        mbs=mbs,
+        gbs=gbs,
+        cp_comm_type=comm,
+    )
+    options = TrainingOptions(
+        seq_len=seq,
+        precision=precision_of(row.get("precision", "")),
+        recompute_granularity=granularity,  # type: ignore[arg-type]
+        recompute_modules=modules,
+        dispatcher=dispatcher_of(row.get("dispatcher", "")),
+        cuda_graph_scope=card_graph_scopes(stated.get("cuda_graph", "")),
+        optimizer_offload_fraction=LONG_CONTEXT_OFFLOAD_FRACTION,
+        main_grads_dtype="bf16",
+        exp_avg_dtype="bf16",
+    )
+    run = RunConfig(spec, hardware, layout, options)
+    tflops = measured_tflops(row, run)
+    if tflops is None:
+        return None
+    return PerfCase(label, f"{spec.name}/{row['gpu']}/{LONG_CONTEXT}", spec.name, run, tflops, LONG_CONTEXT)
+
+
+def card_graph_scopes(text: str) -> frozenset[str]:
+    """CUDA-graph scopes of a card's cell ("attn + moe_router + moe_preprocess", "full iteration")."""
+    key = text.lower()
+    if "full" in key and "iter" in key:
+        return frozenset({"full_iteration"})
+    return frozenset(re.findall(r"[a-z_]+", key)) & (CUDA_GRAPH_SCOPES - {"full_iteration"})
+
+
+def measured_tflops(row: dict[str, str], run: RunConfig) -> float | None:
+    """A row's model TFLOP/s/GPU: published (the unrounded draft value where there is one), else
+    from its tokens/s/GPU (or step time: GBS·seq/(step·GPUs)) × lcmoe's model FLOPs per token."""
+    from lcmoe.estimate.time import model_flops_per_token
+
+    tflops = as_float(row.get("tflops_unrounded_draft")) or as_float(row.get("tflops_per_gpu"))
+    if tflops:
+        return tflops
+    tokens = as_float(row.get("tokens_per_sec_per_gpu"))
+    step_ms = as_float(row.get("step_time_ms"))
+    if not tokens and step_ms:
+        tokens = run.layout.gbs * run.options.seq_len / (step_ms / 1e3) / run.layout.world_size
+    if not tokens:
+        return None
+    return tokens * model_flops_per_token(run.model, run.options, run.layout.tp) / 1e12

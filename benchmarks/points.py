@@ -21,31 +21,14 @@ from typing import Any
 
 from benchmarks.perf_rows import LORA_PERF_TARGETS, version_key
 from benchmarks.perf_rows import graph_scopes as recipe_graph_scopes
-from benchmarks.published import REFERENCE, read_rows
-from lcmoe.catalog import load_hardware, load_model
+from benchmarks.published import REFERENCE, not_in_catalog, read_rows
+from lcmoe.catalog import catalog_name_for_label, load_hardware, load_model
 from lcmoe.errors import LcmoeError
 from lcmoe.estimate.memory import estimate_memory
 from lcmoe.layout import ParallelLayout
 from lcmoe.run import resolve_pipeline_layout
 from lcmoe.workload import TrainingOptions
 
-LABEL_TO_CATALOG = {
-    "llama370b": "llama3-70b",
-    "llama3170b": "llama3-70b",
-    "llama31405b": "llama3.1-405b",
-    "qwen330ba3b": "qwen3-30b-a3b",
-    "moonlight16b": "moonlight-16b-a3b",
-    "dsv3": "deepseek-v3",
-    "deepseekv3": "deepseek-v3",
-    "gptoss120b": "gpt-oss-120b",
-    "qwen3next80ba3b": "qwen3-next-80b-a3b",
-    "qwen3235ba22b": "qwen3-235b-a22b",
-    "nemotron3nano": "nemotron-3-nano-30b-a3b",
-    "nemotron35lightning": "nemotron-3.5-lightning-30b-a3b",
-    "nemotron3super": "nemotron-3-super-120b-a12b",
-    "nemotron3super120ba12b": "nemotron-3-super-120b-a12b",
-    "glm52": "glm-5.2",
-}
 # Settings of the Bridge recipes that memory_points rows name ("recipe=NAME") but perf_recipes.csv
 # does not trace, read from the Bridge source (each row cites its file and lines).
 NAMED_RECIPES = Path(__file__).resolve().parent / "data" / "bridge_recipes.csv"
@@ -144,7 +127,7 @@ def perf_recipe_for(row: dict[str, str], name: str, recipes: list[dict[str, str]
     candidates = [
         recipe
         for recipe in recipes
-        if LABEL_TO_CATALOG.get(_key(recipe.get("model", ""))) == name
+        if catalog_name_for_label(recipe.get("model", "")) == name
         and recipe.get("gpu") == row.get("gpu")
         and PRECISION.get(_key(recipe.get("precision_norm", "")), "bf16") == precision
         and task.startswith(recipe.get("task", "?"))
@@ -214,9 +197,9 @@ def point_config(
     if "lora" in task or "peft" in task:
         # Bridge's LoRA perf recipes adapt linear_qkv only; other LoRA runs use LoRA's defaults.
         lora = {"peft": "lora"} | ({"lora_targets": LORA_PERF_TARGETS} if "perf recipe" in task else {})
-    name = LABEL_TO_CATALOG.get(_key(row.get("model", "")))
+    name = catalog_name_for_label(row.get("model", ""))
     if name is None:
-        return "model not in the catalog"
+        return not_in_catalog(row.get("model", ""))
     if not row.get("gpu") or not row.get("num_gpus"):
         return "GPU type or count not stated"
     model, hardware = load_model(name), load_hardware(row["gpu"])

@@ -1,7 +1,8 @@
 """Shared loading of the published reference tables (../shared/reference) for the benchmarks.
 
-Maps the published model labels to catalog models; everything here is benchmark plumbing, not
-library code, so the library never depends on where the reference data lives.
+Maps the published model labels to catalog models through the catalog's ``published_names``;
+everything here is benchmark plumbing, not library code, so the library never depends on where
+the reference data lives.
 """
 
 from __future__ import annotations
@@ -9,27 +10,16 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from lcmoe.catalog import load_model
+from lcmoe.catalog import catalog_name_for_label, load_model
 from lcmoe.specs.model import ModelSpec
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = Path(os.environ.get("LCMOE_REFERENCE", REPO.parent / "shared" / "reference"))
-
-# Published label (perf_summary.csv model_base) → catalog model.
-MODEL_BASE_TO_CATALOG = {
-    "DeepSeekV3": "deepseek-v3",
-    "Qwen3_235B_a22B": "qwen3-235b-a22b",
-    "Qwen3_30B_a3B": "qwen3-30b-a3b",
-    "LLAMA3_70B": "llama3-70b",
-    "LLAMA3.1_405B": "llama3.1-405b",
-    "LLAMA3_8B": "llama3-8b",
-    "Nemotron_3_Nano": "nemotron-3-nano-30b-a3b",
-    "Nemotron_3_Super": "nemotron-3-super-120b-a12b",
-}
 
 
 def read_rows(path: str | Path) -> list[dict[str, str]]:
@@ -37,15 +27,35 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-def catalog_model_for_row(row: dict[str, str]) -> ModelSpec | None:
-    """The catalog model a published row measured, with the row's MTP setting; None if unknown."""
-    name = MODEL_BASE_TO_CATALOG.get(row.get("model_base", ""))
+def catalog_model_for_label(label: str) -> ModelSpec | None:
+    """The catalog model a published label names (``catalog.catalog_name_for_label``: the model
+    YAMLs' ``published_names``), with MTP off when the label says "w/o MTP"; None if unknown."""
+    name = catalog_name_for_label(label)
     if name is None:
         return None
     spec = load_model(name)
-    if "w/o MTP" in row.get("model_qualifier", "") or "w/o MTP" in row.get("model", ""):
+    if re.search(r"w/o\s*MTP", label, re.IGNORECASE):
         spec = spec.model_copy(update={"mtp_num_layers": 0})
     return spec
+
+
+def catalog_model_for_row(row: dict[str, str]) -> ModelSpec | None:
+    """The catalog model a published perf_summary row measured, with the row's MTP setting."""
+    label = " ".join(filter(None, (row.get("model_base") or row.get("model", ""), row.get("model_qualifier", ""))))
+    return catalog_model_for_label(label if "w/o MTP" not in row.get("model", "") else f"{label} w/o MTP")
+
+
+def not_in_catalog(label: str) -> str:
+    """The skip reason of a row whose model the catalog does not know."""
+    return f"model not in catalog: {label}"
+
+
+def skip_summary(skipped: list[dict[str, str]]) -> list[tuple[str, int]]:
+    """Skipped rows counted by reason, most frequent first."""
+    counts: dict[str, int] = {}
+    for entry in skipped:
+        counts[entry["reason"]] = counts.get(entry["reason"], 0) + 1
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
 
 
 def as_int(text: str | None, default: int = 1) -> int:

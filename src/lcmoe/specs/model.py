@@ -203,6 +203,11 @@ class ModelSpec(BaseModel):
     mamba_chunk_size: int = Field(default=128, gt=0, description="SSD chunk length (mamba_chunk_size)")
 
     published: PublishedParams | None = None
+    published_names: tuple[str, ...] = Field(
+        default=(),
+        description="labels published runs use for this model (perf tables, skill cards, HF ids); "
+        "matched by catalog.catalog_name_for_label on letters and digits, as a prefix of the label",
+    )
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where its value comes from")
 
     @field_validator("moe_layer_freq", "window_attn_skip_freq", "linear_attention_freq", mode="before")
