@@ -11,13 +11,13 @@ per-family bridges cited in megatron-bridge-facts.md §3.1): ``num_hidden_layers
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from lcmoe.errors import LcmoeError
+from lcmoe.safe_io import load_json, read_text_capped
 from lcmoe.specs.model import ModelSpec, model_from_dict
 
 SUPPORTED_MODEL_TYPES = (
@@ -99,14 +99,10 @@ def model_from_hf_config(path: str | Path, *, name: str | None = None) -> ModelS
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise LcmoeError("config", str(p), "does not exist", "pass a local config.json") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise LcmoeError(
-            "config", str(p), f"is not readable JSON ({exc.__class__.__name__})", "pass a config.json"
-        ) from None
+    if not p.exists():
+        raise LcmoeError("config", str(p), "does not exist", "pass a local config.json")
+    # A regular file of bounded size, parsed with bounded nesting and integer length (safe_io).
+    data = load_json(read_text_capped(p, field="config"), origin=str(p))
     if not isinstance(data, dict):
         raise LcmoeError("config", str(p), "must hold a JSON object", "pass a Hugging Face config.json")
     # Multimodal wrappers keep the language model under text_config.

@@ -29,14 +29,14 @@ from enum import Enum
 from functools import cached_property
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from lcmoe.specs._validate import validate_or_explain
+from lcmoe.specs._validate import StrictSpec, validate_or_explain
 
 LayerPattern = int | list[int]
 
 
-class PublishedParams(BaseModel):
+class PublishedParams(StrictSpec):
     """Parameter counts as their publisher states them, to check lcmoe's own count against."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -105,7 +105,7 @@ def split_hybrid_pattern(pattern: str) -> tuple[str, str, int]:
     return layers, mtp, len(mtp_parts)
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(StrictSpec):
     """A decoder-only transformer, dense or MoE, exactly enough to count its FLOPs and bytes.
 
     Every size is a positive integer; optional features are ``None``/``False``/0 when absent.
@@ -218,6 +218,13 @@ class ModelSpec(BaseModel):
     @model_validator(mode="after")
     def _check_consistency(self) -> ModelSpec:
         n = self.num_attention_heads
+        if self.kv_channels is None and not self.multi_latent_attention and self.hidden_size % n:
+            # Megatron derives kv_channels = hidden_size // num_attention_heads (arguments.py
+            # 1331-1333) only when it divides; otherwise the head dim must be given.
+            raise ValueError(
+                f"hidden_size = {self.hidden_size} is not a multiple of num_attention_heads = {n}; "
+                "set kv_channels (head_dim) explicitly"
+            )
         if self.num_query_groups is not None and n % self.num_query_groups:
             raise ValueError(f"num_query_groups = {self.num_query_groups} must divide num_attention_heads = {n}")
         if self.multi_latent_attention and not (self.kv_lora_rank and self.qk_head_dim and self.v_head_dim):
@@ -516,7 +523,10 @@ class ModelSpec(BaseModel):
         return 0 if self.window_size is None else self.window_size[0] + self.window_size[1] + 1
 
 
-_PATTERN_TERM = re.compile(r"^\[\s*([01](?:\s*,\s*[01])*)\s*\]\s*(?:\*\s*(\d+))?$")
+_PATTERN_TERM = re.compile(r"^\[\s*([01](?:\s*,\s*[01])*)\s*\]\s*(?:\*\s*(\d{1,9}))?$")
+# A per-layer pattern has one entry per decoder layer, and ModelSpec.num_layers ≤ 100,000: the
+# expanded length is bounded before anything is built (issue #31: ``[1]*200 * 10⁶`` is 2·10⁸).
+MAX_PATTERN_LAYERS = 100_000
 
 
 def parse_layer_pattern(text: str) -> int | list[int]:
@@ -526,7 +536,9 @@ def parse_layer_pattern(text: str) -> int | list[int]:
     same list-repeat-concatenate forms and nothing else.
     """
     body = text.strip()
-    if re.fullmatch(r"\d+", body):
+    if len(body) > 4 * MAX_PATTERN_LAYERS:
+        raise ValueError(f"layer pattern is longer than {4 * MAX_PATTERN_LAYERS:,} characters")
+    if re.fullmatch(r"\d{1,9}", body):
         return int(body)
     while body.startswith("(") and body.endswith(")"):
         body = body[1:-1].strip()
@@ -537,8 +549,8 @@ def parse_layer_pattern(text: str) -> int | list[int]:
             raise ValueError(f"layer pattern {text!r} is not of the form ([0]*k+[1]*n) or [1,0,...]")
         items = [int(v) for v in match.group(1).split(",")]
         repeat = int(match.group(2) or 1)
-        if repeat > 1_000_000:
-            raise ValueError(f"layer pattern {text!r} repeats more than 10^6 times")
+        if len(result) + len(items) * repeat > MAX_PATTERN_LAYERS:
+            raise ValueError(f"layer pattern expands to more than {MAX_PATTERN_LAYERS:,} layers")
         result.extend(items * repeat)
     return result
 
