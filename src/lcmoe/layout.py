@@ -34,6 +34,29 @@ class Axis(str, Enum):
     EDP = "edp"
 
 
+# Bounds on layout sizes, checked before anything is built from them (issue #31: --vpp 10⁹
+# allocated 22 GB). A world of 2^20 GPUs is > 5× the largest announced training cluster; a
+# model has at most 100,000 decoder layers (ModelSpec.num_layers), so more virtual stages than
+# MAX_VIRTUAL_STAGES cannot each hold a layer; MBS and GBS are counts of sequences per step.
+MAX_GPUS = 2**20
+MAX_VIRTUAL_STAGES = 100_000
+MAX_SEQUENCES = 2**32
+_LAYOUT_LIMITS = {
+    "tp": MAX_GPUS,
+    "cp": MAX_GPUS,
+    "ep": MAX_GPUS,
+    "etp": MAX_GPUS,
+    "pp": MAX_VIRTUAL_STAGES,
+    "vpp": MAX_VIRTUAL_STAGES,
+    "dp": MAX_GPUS,
+    "mbs": MAX_SEQUENCES,
+    "gbs": MAX_SEQUENCES,
+}
+# An expanded pipeline_model_parallel_layout holds one token per layer plus E, L, m and | per
+# stage: far below a million characters for any legal layout.
+MAX_LAYOUT_CHARS = 1_000_000
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ParallelLayout:
     """A complete parallel layout for one run. ``dp`` is given explicitly (world = tp·cp·pp·dp)."""
@@ -60,6 +83,25 @@ class ParallelLayout:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise LcmoeError(name, value, "must be a positive whole number", f"set --{name} to 1 or more")
+            if value > _LAYOUT_LIMITS[name]:
+                raise LcmoeError(
+                    name, value, f"is larger than {_LAYOUT_LIMITS[name]:,}, more than any real run", "check the value"
+                )
+        if self.pp * self.vpp > MAX_VIRTUAL_STAGES:
+            raise LcmoeError(
+                "pp·vpp",
+                self.pp * self.vpp,
+                f"is more than {MAX_VIRTUAL_STAGES:,} virtual stages (a model has at most that many layers)",
+                "use fewer pipeline stages",
+            )
+        if self.tp * self.cp * self.pp * self.dp > MAX_GPUS:
+            raise LcmoeError("world size", self.world_size, f"is more than {MAX_GPUS:,} GPUs", "check --gpus")
+        if self.pipeline_layout is not None and (
+            not isinstance(self.pipeline_layout, str) or len(self.pipeline_layout) > MAX_LAYOUT_CHARS
+        ):
+            raise LcmoeError(
+                "pipeline_layout", self.pipeline_layout, "must be a layout string", "e.g. Et*3|t*4|t*4|t*3mL"
+            )
         if self.cp_comm_type not in ("p2p", "a2a", "a2a+p2p", "all_gather"):
             raise LcmoeError(
                 "cp_comm_type",
@@ -153,17 +195,47 @@ def parse_pipeline_layout(text: str) -> list[list[str]]:
     return [list(stage) for stage in _parsed_layout(text)]
 
 
+def _expand_repeats(text: str, body: str) -> str:
+    """One pass of ``(…)*n`` expansion, refusing a result longer than MAX_LAYOUT_CHARS before
+    building it."""
+    size = len(body)
+    for match in _LAYOUT_REPEAT.finditer(body):
+        count = _repeat_count(text, match.group(2))
+        size += len(match.group(1)) * count - len(match.group(0))
+        if size > MAX_LAYOUT_CHARS:
+            raise _too_long(text)
+    return _LAYOUT_REPEAT.sub(lambda m: m.group(1) * int(m.group(2)), body)
+
+
+def _repeat_count(text: str, digits: str) -> int:
+    if len(digits) > 7:
+        raise _too_long(text)
+    return int(digits)
+
+
+def _too_long(text: str) -> LcmoeError:
+    return LcmoeError(
+        "pipeline_layout",
+        text,
+        f"expands to more than {MAX_LAYOUT_CHARS:,} characters (one t per layer)",
+        "write one t per decoder layer, e.g. Et*3|t*4|t*4|t*3mL",
+    )
+
+
 @functools.lru_cache(maxsize=512)
 def _parsed_layout(text: str) -> tuple[tuple[str, ...], ...]:
     # Cached (a pure function of the string): the planner re-reads the same few layouts for
-    # every candidate it checks and times.
+    # every candidate it checks and times. Every repeat is bounded before it is expanded.
+    if len(text) > MAX_LAYOUT_CHARS:
+        raise _too_long(text)
     body = text.strip().strip("'\"")
     for _ in range(32):
-        expanded = _LAYOUT_REPEAT.sub(lambda m: m.group(1) * int(m.group(2)), body)
+        expanded = _expand_repeats(text, body)
         if expanded == body:
             break
         body = expanded
     stages: list[tuple[str, ...]] = []
+    total = 0
     for part in body.split("|"):
         tokens: list[str] = []
         pos = 0
@@ -174,10 +246,14 @@ def _parsed_layout(text: str) -> tuple[tuple[str, ...], ...]:
                 raise LcmoeError(
                     "pipeline_layout",
                     text,
-                    f"has an unknown token at {part[pos:]!r}",
+                    f"has an unknown token at {part[pos : pos + 40]!r}",
                     "use E, t, m, L, |, (…)*n and x*n",
                 )
-            tokens.extend(match.group(1) * int(match.group(2) or 1))
+            count = _repeat_count(text, match.group(2) or "1")
+            total += count
+            if total > MAX_LAYOUT_CHARS:
+                raise _too_long(text)
+            tokens.extend(match.group(1) * count)
             pos = match.end()
         stages.append(tuple(tokens))
     return tuple(stages)
@@ -345,7 +421,7 @@ def auto_pipeline_layout(model: ModelSpec, pp: int, vpp: int = 1) -> str | None:
     stages = pp * vpp
     extra_last = 1 + model.mtp_num_layers
     total = model.num_layers + 1 + extra_last
-    if stages == 1:
+    if stages == 1 or stages > total:  # more stages than layers of work: some would hold nothing
         return None
     base, remainder = divmod(total, stages)
     counts = [base] * stages

@@ -7,9 +7,11 @@ emitters map them one to one.
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from lcmoe.errors import LcmoeError
 
@@ -53,6 +55,83 @@ def tensor_core_precision(precision: str) -> str:
     if precision.startswith("fp8"):
         return "fp8"
     return precision
+
+
+# Ranges of the numeric options (issue #31: a non-finite or absurd value must not become a plan).
+# The busiest expert's load over the mean is at most E/k (every token on one expert); 1000 is
+# above that for every catalog model (DeepSeek-V3: 256/8 = 32).
+MAX_TOKEN_IMBALANCE = 1000.0
+# Recompute-layer counts and optimizer instances count layers and DP groups: ≤ 100,000 layers
+# (ModelSpec.num_layers) and ≤ 2^20 GPUs (layout.MAX_GPUS).
+_INT_RANGES = {
+    "num_distributed_optimizer_instances": (1, 2**20),
+    "recompute_num_layers": (0, 100_000),  # < 1 is refused below with its own message
+    "lora_rank": (0, 1_000_000),
+}
+# Fractions in [0, 1]: dropout probabilities and the optimizer share kept on the host.
+_FRACTIONS = ("optimizer_offload_fraction", "hidden_dropout", "attention_dropout")
+
+
+@functools.cache
+def _field_checks() -> tuple[tuple[str, str, tuple[object, ...]], ...]:
+    """(field, kind, allowed literal values) per TrainingOptions field, from its type hints."""
+    hints = get_type_hints(TrainingOptions)
+    checks = []
+    for item in fields(TrainingOptions):
+        hint = hints[item.name]
+        args = get_args(hint)
+        if get_origin(hint) is Literal:
+            checks.append((item.name, "literal", args))
+        elif hint is bool:
+            checks.append((item.name, "bool", ()))
+        elif set(args) == {bool, type(None)}:
+            checks.append((item.name, "bool?", ()))
+        elif hint is int:
+            checks.append((item.name, "int", ()))
+        elif hint is float:
+            checks.append((item.name, "float", ()))
+        elif hint is str:
+            checks.append((item.name, "str", ()))
+        elif get_origin(hint) is frozenset:
+            checks.append((item.name, "strings", ()))
+    return tuple(checks)
+
+
+def _check_field_types(options: TrainingOptions) -> None:
+    """Every field has its declared type: enums are one of their values, flags are true/false
+    (never a truthy string), numbers are finite and not true/false, sets hold strings."""
+    for name, kind, allowed in _field_checks():
+        value = getattr(options, name)
+        ok = True
+        if kind == "literal":
+            ok = isinstance(value, str) and value in allowed
+            if not ok:
+                raise LcmoeError(name, value, f"must be one of {', '.join(map(str, allowed))}", "fix the value")
+        elif kind == "bool":
+            ok = isinstance(value, bool)
+        elif kind == "bool?":
+            ok = value is None or isinstance(value, bool)
+        elif kind == "int":
+            ok = isinstance(value, int) and not isinstance(value, bool)
+            low, high = _INT_RANGES.get(name, (0, 2**53))
+            if ok and not low <= value <= high:
+                raise LcmoeError(name, value, f"must be a whole number from {low:,} to {high:,}", "fix the value")
+        elif kind == "float":
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+            if ok and name in _FRACTIONS and not 0.0 <= value <= 1.0:
+                raise LcmoeError(name, value, "must be a fraction between 0 and 1", "e.g. 0.5")
+        elif kind == "str":
+            ok = isinstance(value, str)
+        elif kind == "strings":
+            ok = isinstance(value, frozenset) and all(isinstance(v, str) for v in value)
+        if not ok:
+            expected = {"bool": "true or false", "bool?": "true, false or unset", "int": "a whole number"}
+            raise LcmoeError(
+                name,
+                value,
+                f"must be {expected.get(kind, 'a finite number' if kind == 'float' else 'text')}",
+                "fix the value",
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,6 +193,7 @@ class TrainingOptions:
     lora_input_regather: bool = False
 
     def __post_init__(self) -> None:
+        _check_field_types(self)
         if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or not 1 <= self.seq_len <= 2**40:
             raise LcmoeError("seq_len", self.seq_len, "must be a whole number from 1 to 2^40", "e.g. --seq-len 128k")
         if self.precision not in PRECISIONS:
@@ -145,12 +225,12 @@ class TrainingOptions:
                 "are not CUDA-graph scopes",
                 f"use {', '.join(sorted(CUDA_GRAPH_SCOPES))}",
             )
-        if self.moe_token_imbalance < 1.0:
+        if not 1.0 <= self.moe_token_imbalance <= MAX_TOKEN_IMBALANCE:
             raise LcmoeError(
                 "moe_token_imbalance",
                 self.moe_token_imbalance,
-                "must be ≥ 1 (1 = perfectly balanced)",
-                "use 1.0 under forced balance",
+                f"must be a finite number from 1 (perfectly balanced) to {MAX_TOKEN_IMBALANCE:g}",
+                "use 1.0 under forced balance, ~1.1-1.5 for a real router",
             )
         if self.fp8_param_gather and not self.is_fp8:
             raise LcmoeError(
