@@ -10,7 +10,7 @@ def environment(run: RunConfig) -> dict[str, tuple[str, str]]:
     env: dict[str, tuple[str, str]] = {
         "PYTORCH_CUDA_ALLOC_CONF": (
             "expandable_segments:True",
-            "avoids allocator-fragmentation OOMs at zero cost (memory-tuning skill, facts §6.7)",
+            "avoids allocator-fragmentation OOMs at no cost in speed (PyTorch CUDA caching allocator)",
         ),
         "CUDA_DEVICE_MAX_CONNECTIONS": ("1", "orders TP/SP communication kernels before compute (Megatron default)"),
     }
@@ -21,5 +21,5 @@ def environment(run: RunConfig) -> dict[str, tuple[str, str]]:
         ranks = min(hw.nvlink_domain_size, run.layout.ep * run.layout.etp)
         env["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] = (str(ranks), "HybridEP's intra-domain rank count")
     if opt.optimizer_offload_fraction > 0 and hw.host_link_kind == "nvlink-c2c":
-        env["NCCL_NET_GDR_C2C"] = ("1", "GPUDirect over NVLink-C2C with host offload (cpu-offloading skill)")
+        env["NCCL_NET_GDR_C2C"] = ("1", "GPUDirect over NVLink-C2C for the optimizer offload copies")
     return env

@@ -1,22 +1,27 @@
-"""``lcmoe plan --emit DIR``: every file of the top plan and of the fallback, written atomically
-(a new directory is built next to DIR and renamed into place; an existing DIR is replaced only
-once the new one is complete, never half-overwritten)."""
+"""``lcmoe plan --emit DIR``: every file of the top plan and of the fallback.
+
+Which files and what is in them lives here; how they reach the disk (refusing to overwrite what
+lcmoe did not write, old-or-new after an interrupt) lives in ``lcmoe.emit.directory``.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from lcmoe.config_io.bridge import recipe_for
 from lcmoe.emit.bridge import overrides_text, python_snippet, yaml_config
+from lcmoe.emit.directory import Installed, install_directory, install_files
 from lcmoe.emit.launchers import LaunchSettings, nemo_run_script, slurm_script
 from lcmoe.emit.megatron_lm import megatron_lm_text
+from lcmoe.emit.syntax import markdown_text, slurm_job_name
 from lcmoe.errors import LcmoeError
 from lcmoe.run import RunConfig
+
+__all__ = ["COST_GATE_GPUS", "atomic_write_text", "install_directory", "write_plan_directory"]
 
 COST_GATE_GPUS = 64
 
@@ -45,7 +50,7 @@ def _plan_files(run: RunConfig, prediction: dict[str, Any], settings: LaunchSett
     return {
         "overrides.txt": overrides_text(run),
         "config.yaml": yaml_config(run),
-        "apply_plan.py": python_snippet(run, settings.recipe),
+        "apply_plan.py": python_snippet(run, settings.recipe if settings.has_recipe else None),
         "megatron_lm_args.txt": megatron_lm_text(run) + "\n",
         "launch.sbatch": slurm_script(run, settings),
         "nemo_run_launch.py": nemo_run_script(run, settings),
@@ -53,15 +58,43 @@ def _plan_files(run: RunConfig, prediction: dict[str, Any], settings: LaunchSett
     }
 
 
-def run_md(payload: dict[str, Any], gpu_hours: float, steps: int, *, hybrid: bool = False) -> str:
+def run_md(
+    payload: dict[str, Any], gpu_hours: float, steps: int, settings: LaunchSettings, *, hybrid: bool = False
+) -> str:
     best = payload["plans"][0]
     script = "pretrain_hybrid.py --hybrid-layer-pattern=..." if hybrid else "pretrain_gpt.py"
     time, memory, inputs = best["time"], best["memory"], payload["inputs"]
-    return f"""# lcmoe plan — {inputs["model"]} on {inputs["num_gpus"]} × {inputs["gpu"]}
+    title = markdown_text(f"{inputs['model']} on {inputs['num_gpus']} × {inputs['gpu']}")
+    if settings.data_paths:
+        data = f"Data: `dataset.data_path` = {len(settings.data_paths)} path(s) given with `--data-path`."
+    else:
+        data = (
+            "**Data: none given, so the run trains on Bridge's mock data** (random tokens: right for checking "
+            "speed and memory, useless for a model). Pass `--data-path PREFIX` (repeatable) to `lcmoe plan --emit`, "
+            "or add `dataset.data_path=[PREFIX,…]` to the launcher."
+        )
+    recipe = (
+        f"Recipe: `{settings.recipe}` (Megatron Bridge), with the plan's overrides on top."
+        if settings.has_recipe
+        else "Recipe: **Megatron Bridge ships none for this model.** The launchers stop until you set one "
+        "(`RECIPE=…` for `launch.sbatch`, `LCMOE_RECIPE=…` for NeMo-Run): a recipe of the same family, with the "
+        "model built from its Hugging Face checkpoint by `AutoBridge.from_hf_pretrained(PATH).to_megatron_provider()`."
+    )
+    return f"""# lcmoe plan — {title}
 
 Run: `sbatch launch.sbatch` (or `python nemo_run_launch.py`). Before spending the allocation, check on one
-node that the container has the dispatcher package this plan uses and the environment in `launch.sbatch`.
-Megatron-LM users: `{script} $(cat megatron_lm_args.txt)` plus your model/data arguments.
+node that the container has the dispatcher package this plan uses and the environment in `launch.sbatch`
+(`lcmoe preflight --plan plan.json`).
+
+{recipe}
+
+{data}
+
+The recipe loads its tokenizer from the Hugging Face hub: `HF_HOME`, `HF_ENDPOINT` and `HF_HUB_OFFLINE` set
+where lcmoe ran were written into the launchers; set them there for a mirror or an offline cache.
+
+Megatron-LM users: one argument per line, so `mapfile -t ARGS < megatron_lm_args.txt` then
+`torchrun … {script} "${{ARGS[@]}}"` plus your model/data arguments.
 
 What to expect in the log (Bridge `training_log` line, steady-state iterations):
 - step time ≈ {time["step_seconds"]:.2f} s, model TFLOP/s/GPU ≈ {time["model_tflops_per_gpu"]:.0f},
@@ -71,9 +104,32 @@ What to expect in the log (Bridge `training_log` line, steady-state iterations):
 
 Cost: {steps} steps ≈ {gpu_hours:.1f} GPU-hours at the predicted step time.
 Check a run against this prediction: compare the log's `MODEL_TFLOP/s/GPU` and `mem-max-allocated-gigabytes`
-with the numbers above; `lcmoe check overrides.txt --model … --gpus …` re-derives them from the emitted config.
-Rollback: `fallback/` holds a plan with ≥ 20% memory headroom.
+with the numbers above; `lcmoe check plan.json` or `lcmoe check launch.sbatch` re-derives them from the emitted files.
+Rollback: `fallback/` holds a plan with ≥ 20% memory headroom. `.lcmoe-manifest.json` lists the files lcmoe
+wrote here (`--emit … --force` replaces only those).
 """
+
+
+def plan_files(
+    payload: dict[str, Any], result: Any, *, steps: int, settings: LaunchSettings, gpu_hours: float
+) -> dict[str, str]:
+    """Every file ``--emit`` writes (relative path → text): the top plan's and the fallback's."""
+    best = result.plans[0]
+    plan_doc = dict(
+        payload,
+        target={"megatron_core": payload["inputs"]["megatron_core_version"], "megatron_bridge": "0.6.2"},
+        gpu_hours=gpu_hours,
+        steps=steps,
+    )
+    files = {"plan.json": json.dumps(plan_doc, indent=2, default=str) + "\n"}
+    files |= _plan_files(best.run, payload["plans"][0], settings)
+    files["RUN.md"] = run_md(payload, gpu_hours, steps, settings, hybrid=best.run.model.is_hybrid)
+    if result.fallback is not None:
+        files |= {
+            f"fallback/{name}": text
+            for name, text in _plan_files(result.fallback.run, payload["fallback"], settings).items()
+        }
+    return files
 
 
 def write_plan_directory(
@@ -84,7 +140,10 @@ def write_plan_directory(
     steps: int,
     confirmed: bool,
     settings: LaunchSettings | None = None,
-) -> Path:
+    force: bool = False,
+) -> Installed:
+    """Write the plan's files at ``target`` (``directory.install_files``: never over files lcmoe did
+    not write, old or new directory after an interrupt)."""
     best = result.plans[0]
     num_gpus = best.run.num_gpus
     gpu_hours = best.time.step_seconds * steps * num_gpus / 3600
@@ -95,46 +154,14 @@ def write_plan_directory(
             f"would write a launcher for {num_gpus} GPUs (≈{gpu_hours:.0f} GPU-hours for {steps} steps)",
             "add --yes to confirm",
         )
-    launch = settings or LaunchSettings(
-        recipe=recipe_for(best.run.model, best.run.options), job_name=f"lcmoe-{best.run.model.name}"
+    launch = settings or default_settings(best.run)
+    files = plan_files(payload, result, steps=steps, settings=launch, gpu_hours=gpu_hours)
+    return install_files(Path(target), files, force=force)
+
+
+def default_settings(run: RunConfig) -> LaunchSettings:
+    """Launch settings with the model's Bridge recipe and a job name from the model's name."""
+    recipe = recipe_for(run.model, run.options, run.hardware)
+    return LaunchSettings(
+        recipe=recipe or "", has_recipe=recipe is not None, job_name=slurm_job_name(f"lcmoe-{run.model.name}")
     )
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.staging."))
-    try:
-        plan_doc = dict(
-            payload,
-            target={"megatron_core": payload["inputs"]["megatron_core_version"], "megatron_bridge": "0.6.2"},
-            gpu_hours=gpu_hours,
-            steps=steps,
-        )
-        (staging / "plan.json").write_text(json.dumps(plan_doc, indent=2, default=str) + "\n", encoding="utf-8")
-        for name, text in _plan_files(best.run, payload["plans"][0], launch).items():
-            (staging / name).write_text(text, encoding="utf-8")
-        (staging / "RUN.md").write_text(
-            run_md(payload, gpu_hours, steps, hybrid=best.run.model.is_hybrid), encoding="utf-8"
-        )
-        if result.fallback is not None:
-            (staging / "fallback").mkdir()
-            for name, text in _plan_files(result.fallback.run, payload["fallback"], launch).items():
-                (staging / "fallback" / name).write_text(text, encoding="utf-8")
-        install_directory(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return target
-
-
-def install_directory(staging: Path, target: Path) -> None:
-    """Put a completed ``staging`` directory at ``target`` by renames: an existing ``target`` is
-    moved aside first and deleted only after the new one is in place, so an interruption leaves
-    either the old directory or the new one, never a mix."""
-    os.chmod(staging, 0o755)
-    if target.exists():
-        backup = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.old."))
-        backup.rmdir()
-        os.replace(target, backup)
-        os.replace(staging, target)
-        shutil.rmtree(backup, ignore_errors=True)
-    else:
-        os.replace(staging, target)
