@@ -16,21 +16,24 @@ import typer
 from lcmoe.cli import run_options as ro
 from lcmoe.cli.common import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, JSON, print_json, resolve_hardware, stdout
 from lcmoe.errors import LcmoeError
+from lcmoe.units import whole_number
 
 MAX_INPUT_BYTES = 16 * 1024 * 1024
 
 
 def read_input(source: str) -> str:
+    """The config text: standard input (``-``) or a regular file (never a FIFO or a device such
+    as /dev/zero), at most 16 MiB either way; undecodable bytes become U+FFFD."""
+    from lcmoe.safe_io import read_text_capped
+
     if source == "-":
-        text = sys.stdin.read(MAX_INPUT_BYTES + 1)
-    else:
-        path = Path(source)
         try:
-            if path.stat().st_size > MAX_INPUT_BYTES:
-                raise LcmoeError("FILE", source, "is larger than 16 MiB", "pass the config, not a log")
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise LcmoeError("FILE", source, f"cannot be read ({exc.__class__.__name__})", "check the path") from None
+            text = sys.stdin.read(MAX_INPUT_BYTES + 1)
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.__class__.__name__
+            raise LcmoeError("FILE", "-", f"cannot be read ({reason})", "pipe the config as UTF-8 text") from None
+    else:
+        text = read_text_capped(source, field="FILE", max_bytes=MAX_INPUT_BYTES, errors="replace")
     if len(text) > MAX_INPUT_BYTES:
         raise LcmoeError("FILE", source, "is larger than 16 MiB", "pass the config, not a log")
     return text
@@ -97,7 +100,9 @@ def check(
     source: str = typer.Argument(..., help="config file, or - for standard input"),
     model: str | None = typer.Option(None, "--model", "-m", help="model (needed for Bridge overrides/YAML)"),
     gpu: str | None = typer.Option(None, "--gpu", "-g", help="catalog GPU (default: the plan.json's, else h100)"),
-    gpus: int | None = typer.Option(None, "--gpus", "-n", help="total GPUs (default: the plan.json's)"),
+    gpus: int | None = typer.Option(
+        None, "--gpus", "-n", help="total GPUs (default: the plan.json's)", callback=ro.check_gpus
+    ),
     seq_len: str = typer.Option(None, "--seq-len", "-s", help="if the config does not set it"),
     megatron_core_version: str = typer.Option("0.19.2", "--megatron-core-version"),
     hardware_file: Path = ro.HW_FILE,
@@ -112,9 +117,11 @@ def check(
     from lcmoe.rules.legality import violations
 
     planned = emitted_plan_inputs(source)
-    model = model or planned.get("model")
+    model = model or (str(planned["model"]) if planned.get("model") is not None else None)
     gpu_name = str(gpu or planned.get("gpu") or "h100")
-    world = gpus or planned.get("num_gpus")
+    world = gpus
+    if world is None and planned.get("num_gpus") is not None:
+        world = ro.check_gpus(whole_number(planned["num_gpus"], field="plan.json num_gpus"))
     if not isinstance(world, int) or isinstance(world, bool) or world < 1:
         raise LcmoeError("--gpus", world, "is needed (no plan.json next to the file says it)", "e.g. --gpus 256")
     hardware = resolve_hardware(gpu_name, hardware_file=hardware_file, overrides=hw)

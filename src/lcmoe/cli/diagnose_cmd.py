@@ -24,7 +24,9 @@ PLAN = typer.Option(None, "--plan", help="plan.json (or its --emit directory) th
 CONFIG = typer.Option(None, "--config", help="the run's config: Megatron-LM args, Bridge overrides or YAML")
 MODEL = typer.Option(None, "--model", "-m", help="catalog model (needed with a Bridge --config)")
 GPU = typer.Option(None, "--gpu", "-g", help="catalog GPU (default: the plan's, else h100)")
-GPUS = typer.Option(None, "--gpus", "-n", help="total GPUs (default: the plan's or the log's world size)")
+GPUS = typer.Option(
+    None, "--gpus", "-n", help="total GPUs (default: the plan's or the log's world size)", callback=ro.check_gpus
+)
 SEQ = typer.Option(None, "--seq-len", "-s", help="if the config does not set it")
 
 _COMM_FIXES = {
@@ -313,6 +315,24 @@ def preflight(
     raise typer.Exit(code)
 
 
+def _check_output_file(out: Path) -> None:
+    """Refuse to replace anything but a regular file (``--out /dev/full`` as root would rename
+    cluster.yaml over the device node) before any work is done."""
+    import os
+    import stat
+
+    try:
+        info = os.lstat(out)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise LcmoeError(
+            "--out", str(out), f"cannot be written ({exc.strerror or exc.__class__.__name__})", "choose a writable path"
+        ) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise LcmoeError("--out", str(out), "exists and is not a regular file", "choose another path")
+
+
 def calibrate(
     logs: list[str] = typer.Argument(..., help="training logs of this cluster (steady-state iteration lines)"),
     out: Path = typer.Option(..., "--out", "-o", help="where to write cluster.yaml"),
@@ -334,6 +354,7 @@ def calibrate(
     from lcmoe.estimate.calibration import MeasuredRun
     from lcmoe.estimate.calibration import calibrate as fit
 
+    _check_output_file(out)
     measured = []
     for log in logs:
         summary = read_log(log)
@@ -348,7 +369,12 @@ def calibrate(
         measured.append(MeasuredRun(run, stats.median_seconds, source=str(log)))
     calibration = fit(measured)
     document = calibration.as_dict()
-    atomic_write_text(out, "# Written by lcmoe calibrate; pass with --calibration.\n" + yaml.safe_dump(document))
+    try:
+        atomic_write_text(out, "# Written by lcmoe calibrate; pass with --calibration.\n" + yaml.safe_dump(document))
+    except OSError as exc:
+        raise LcmoeError(
+            "--out", str(out), f"cannot be written ({exc.strerror or exc.__class__.__name__})", "choose a writable path"
+        ) from None
     if json_output:
         print_json(document)
         raise typer.Exit(EXIT_OK)

@@ -85,6 +85,23 @@ def _req(args: dict[str, Any], key: str) -> int:
     return value
 
 
+def _switch(args: dict[str, Any], key: str) -> bool:
+    """A store_true flag: present (True) or absent. A value after it (``--sequence-parallel
+    false``) is refused rather than read as truthy text (issue #31)."""
+    value = args.get(key)
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    raise LcmoeError(f"--{key}", value, "is a switch and takes no value", f"write --{key} alone, or leave it out")
+
+
+def _choice(args: dict[str, Any], key: str, default: str, allowed: tuple[str, ...]) -> str:
+    """A flag with choices (argparse ``choices=``): one of ``allowed``, never a silent default."""
+    value = args.get(key, default)
+    if not isinstance(value, str) or value not in allowed:
+        raise LcmoeError(f"--{key}", value, f"must be one of {', '.join(allowed)}", f"e.g. --{key} {allowed[0]}")
+    return value
+
+
 def _float(args: dict[str, Any], key: str, default: float) -> float:
     value = args.get(key)
     if value is None or value is True:
@@ -103,10 +120,10 @@ def model_from_args(args: dict[str, Any], *, vocab_size: int | None = None, name
         )
     hidden = _req(args, "hidden-size")
     heads = _req(args, "num-attention-heads")
-    swiglu = bool(args.get("swiglu"))
+    swiglu = _switch(args, "swiglu")
     default_ffn = int(4 * hidden * 2 / 3 / 64) * 64 if swiglu else 4 * hidden
     ffn = _int(args, "ffn-hidden-size", default_ffn) or default_ffn
-    mla = bool(args.get("multi-latent-attention"))
+    mla = _switch(args, "multi-latent-attention")
     num_experts = _int(args, "num-experts")
     freq_raw = args.get("moe-layer-freq", 1)
     data: dict[str, Any] = {
@@ -119,15 +136,15 @@ def model_from_args(args: dict[str, Any], *, vocab_size: int | None = None, name
         "num_query_groups": _int(args, "num-query-groups") if args.get("group-query-attention") else None,
         "kv_channels": _int(args, "kv-channels"),
         "gated_linear_unit": swiglu,
-        "add_bias_linear": not args.get("disable-bias-linear"),
-        "add_qkv_bias": not args.get("disable-bias-linear") or bool(args.get("add-qkv-bias")),
-        "qk_layernorm": bool(args.get("qk-layernorm")),
+        "add_bias_linear": not _switch(args, "disable-bias-linear"),
+        "add_qkv_bias": not _switch(args, "disable-bias-linear") or _switch(args, "add-qkv-bias"),
+        "qk_layernorm": _switch(args, "qk-layernorm"),
         "multi_latent_attention": mla,
         "vocab_size": vocab_size or _int(args, "vocab-size") or GPT2_BPE_VOCAB,
         "make_vocab_size_divisible_by": _int(args, "make-vocab-size-divisible-by", 128),
-        "untie_embeddings_and_output_weights": bool(args.get("untie-embeddings-and-output-weights")),
+        "untie_embeddings_and_output_weights": _switch(args, "untie-embeddings-and-output-weights"),
         "mtp_num_layers": _int(args, "mtp-num-layers", 0),
-        "mtp_use_repeated_layer": bool(args.get("mtp-use-repeated-layer")),
+        "mtp_use_repeated_layer": _switch(args, "mtp-use-repeated-layer"),
     }
     if mla:
         data.update(
@@ -146,7 +163,7 @@ def model_from_args(args: dict[str, Any], *, vocab_size: int | None = None, name
             moe_ffn_hidden_size=_int(args, "moe-ffn-hidden-size"),
             moe_shared_expert_intermediate_size=_int(args, "moe-shared-expert-intermediate-size"),
             moe_layer_freq=str(freq_raw) if not isinstance(freq_raw, int) else freq_raw,
-            moe_router_enable_expert_bias=bool(args.get("moe-router-enable-expert-bias")),
+            moe_router_enable_expert_bias=_switch(args, "moe-router-enable-expert-bias"),
             moe_latent_size=_int(args, "moe-latent-size") or None,
         )
     if isinstance(pattern, str):
@@ -192,8 +209,8 @@ def layout_from_args(args: dict[str, Any], *, world_size: int, num_layers: int) 
     per_virtual = _int(args, "num-layers-per-virtual-pipeline-stage")
     layout_str = args.get("pipeline-model-parallel-layout")
     if vpp is None and per_virtual:
-        extra = int(bool(args.get("account-for-embedding-in-pipeline-split"))) + int(
-            bool(args.get("account-for-loss-in-pipeline-split"))
+        extra = int(_switch(args, "account-for-embedding-in-pipeline-split")) + int(
+            _switch(args, "account-for-loss-in-pipeline-split")
         )
         vpp = (num_layers + extra) // pp // per_virtual
     if vpp is None and isinstance(layout_str, str):
@@ -210,14 +227,17 @@ def layout_from_args(args: dict[str, Any], *, world_size: int, num_layers: int) 
         etp=_int(args, "expert-tensor-parallel-size", tp) or tp,
         mbs=_int(args, "micro-batch-size", 1) or 1,
         gbs=_int(args, "global-batch-size", 1) or 1,
-        sequence_parallel=bool(args.get("sequence-parallel")),
+        sequence_parallel=_switch(args, "sequence-parallel"),
         cp_comm_type=str(args.get("cp-comm-type", "p2p")),
-        pipeline_layout=layout_str if isinstance(layout_str, str) else None,
+        pipeline_layout=layout_str if isinstance(layout_str, str) else None,  # bounded in layout.py
         decoder_first_pipeline_num_layers=_int(args, "decoder-first-pipeline-num-layers"),
         decoder_last_pipeline_num_layers=_int(args, "decoder-last-pipeline-num-layers"),
-        account_for_embedding_in_pipeline_split=bool(args.get("account-for-embedding-in-pipeline-split")),
-        account_for_loss_in_pipeline_split=bool(args.get("account-for-loss-in-pipeline-split")),
+        account_for_embedding_in_pipeline_split=_switch(args, "account-for-embedding-in-pipeline-split"),
+        account_for_loss_in_pipeline_split=_switch(args, "account-for-loss-in-pipeline-split"),
     )
+
+
+_FP8_RECIPES = ("delayed", "tensorwise", "mxfp8", "blockwise", "custom")  # arguments.py choices
 
 
 def _precision(args: dict[str, Any]) -> str:
@@ -230,26 +250,30 @@ def _precision(args: dict[str, Any]) -> str:
             "blockwise": "fp8-blockwise",
             "mxfp8": "mxfp8",
             "delayed": "fp8-delayed",
-        }.get(str(recipe or "delayed"), "fp8-delayed")
+        }.get(_choice({"fp8-recipe": recipe or "delayed"}, "fp8-recipe", "delayed", _FP8_RECIPES), "fp8-delayed")
     return "fp16" if args.get("fp16") else "bf16"
 
 
 def _dispatcher(args: dict[str, Any]) -> str:
-    kind = str(args.get("moe-token-dispatcher-type", "allgather"))
+    """``--moe-token-dispatcher-type`` (argparse choices allgather, alltoall, flex) and, for flex,
+    ``--moe-flex-dispatcher-backend`` (deepep, hybridep); anything else is refused, never read
+    as alltoall."""
+    kind = _choice(args, "moe-token-dispatcher-type", "allgather", ("allgather", "alltoall", "flex"))
     if kind == "flex":
-        return str(args.get("moe-flex-dispatcher-backend", "deepep"))
-    return kind if kind in ("alltoall", "allgather") else "alltoall"
+        return _choice(args, "moe-flex-dispatcher-backend", "deepep", ("deepep", "hybridep"))
+    return kind
 
 
 def options_from_args(args: dict[str, Any]) -> TrainingOptions:
-    granularity = str(args.get("recompute-granularity", "none"))
+    granularity = _choice(args, "recompute-granularity", "none", ("none", "full", "selective"))
+    method = _choice(args, "recompute-method", "uniform", ("uniform", "block"))
     modules = args.get("recompute-modules") or (["core_attn"] if granularity == "selective" else [])
     graph_modules = args.get("cuda-graph-modules") or args.get("cuda-graph-scope") or []
     graphs = frozenset(graph_modules) if args.get("cuda-graph-impl") not in (None, "none") else frozenset()
     # Megatron-Core 0.19 names the local full-iteration graph --cuda-graph-impl=full_iteration.
     if args.get("cuda-graph-impl") == "full_iteration" or (args.get("cuda-graph-impl") == "local" and not graphs):
         graphs = frozenset({"full_iteration"})
-    aware = bool(args.get("use-precision-aware-optimizer"))
+    aware = _switch(args, "use-precision-aware-optimizer")
     main_grads: Literal["fp32", "bf16"] = (
         "bf16"
         if (
@@ -266,17 +290,17 @@ def options_from_args(args: dict[str, Any]) -> TrainingOptions:
     if aware and args.get("main-params-dtype") in ("fp16", "bf16"):
         main_params = "fp16" if args.get("main-params-dtype") == "fp16" else "bf16"
     offload = _float(args, "optimizer-offload-fraction", 1.0) if args.get("optimizer-cpu-offload") else 0.0
-    backend = str(args.get("attention-backend", "auto"))
+    backend = _choice(args, "attention-backend", "auto", ("auto", "flash", "fused", "unfused", "local"))
     return TrainingOptions(
         seq_len=_int(args, "seq-length", 4096) or 4096,
         precision=_precision(args),
-        fp8_param_gather=bool(args.get("fp8-param-gather") or args.get("fp4-param-gather")),
+        fp8_param_gather=_switch(args, "fp8-param-gather") or _switch(args, "fp4-param-gather"),
         optimizer="muon"
         if "muon" in str(args.get("optimizer", "adam"))
         else ("sgd" if args.get("optimizer") == "sgd" else "adam"),
-        distributed_optimizer=bool(args.get("use-distributed-optimizer")),
+        distributed_optimizer=_switch(args, "use-distributed-optimizer"),
         num_distributed_optimizer_instances=_int(args, "num-distributed-optimizer-instances", 1) or 1,
-        megatron_fsdp=bool(args.get("use-megatron-fsdp")),
+        megatron_fsdp=_switch(args, "use-megatron-fsdp"),
         main_grads_dtype=main_grads,
         precision_aware=aware,
         exp_avg_dtype=exp_avg,
@@ -284,20 +308,20 @@ def options_from_args(args: dict[str, Any]) -> TrainingOptions:
         optimizer_offload_fraction=offload,
         recompute_granularity=granularity if granularity in ("selective", "full") else "none",  # type: ignore[arg-type]
         recompute_modules=frozenset(modules),
-        recompute_method="block" if args.get("recompute-method") == "block" else "uniform",
+        recompute_method="block" if method == "block" else "uniform",
         recompute_num_layers=_int(args, "recompute-num-layers", 1) or 1,
         activation_offload_modules=frozenset(args.get("offload-modules") or [])
         if args.get("fine-grained-activation-offloading")
         else frozenset(),
         attention_backend=backend if backend in ("flash", "fused", "unfused") else "auto",  # type: ignore[arg-type]
-        deterministic=bool(args.get("deterministic-mode")),
+        deterministic=_switch(args, "deterministic-mode"),
         hidden_dropout=_float(args, "hidden-dropout", 0.1),
         attention_dropout=_float(args, "attention-dropout", 0.1),
-        cross_entropy_fusion=bool(args.get("cross-entropy-loss-fusion")),
+        cross_entropy_fusion=_switch(args, "cross-entropy-loss-fusion"),
         dispatcher=_dispatcher(args),
-        moe_grouped_gemm=bool(args.get("moe-grouped-gemm")),
+        moe_grouped_gemm=_switch(args, "moe-grouped-gemm"),
         moe_router_dtype_fp32=args.get("moe-router-dtype") == "fp32",
-        overlap_moe_expert_parallel_comm=bool(args.get("overlap-moe-expert-parallel-comm")),
+        overlap_moe_expert_parallel_comm=_switch(args, "overlap-moe-expert-parallel-comm"),
         cuda_graph_scope=graphs,
     )
 

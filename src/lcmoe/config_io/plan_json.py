@@ -6,36 +6,63 @@ segments), so ``estimate`` of the rebuilt run reproduces the plan's numbers."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from lcmoe.errors import LcmoeError
 from lcmoe.layout import ParallelLayout
 from lcmoe.run import RunConfig
+from lcmoe.safe_io import load_json, read_text_capped
 from lcmoe.specs.hardware import HardwareSpec
+from lcmoe.units import real_number, whole_number
 from lcmoe.workload import TrainingOptions, lora_fields
 
 MAX_PLAN_BYTES = 16 * 1024 * 1024
 
 
 def read_plan(path: str | Path) -> dict[str, Any]:
+    """plan.json (or the one in an ``--emit`` directory): a regular file of at most 16 MiB,
+    parsed with bounded nesting and integer length (safe_io)."""
     source = Path(path)
     if source.is_dir():
         source = source / "plan.json"
+    text = read_text_capped(source, field="--plan", max_bytes=MAX_PLAN_BYTES)
     try:
-        if source.stat().st_size > MAX_PLAN_BYTES:
-            raise LcmoeError("--plan", str(path), "is larger than 16 MiB", "pass plan.json from lcmoe plan --emit")
-        doc = json.loads(source.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise LcmoeError("--plan", str(path), f"cannot be read ({exc.__class__.__name__})", "check the path") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        doc = load_json(text, origin=f"--plan {path}")
+    except LcmoeError:
         raise LcmoeError(
-            "--plan", str(path), "is not JSON", "pass plan.json from lcmoe plan --emit or --json"
+            "--plan", str(path), "is not JSON lcmoe can read", "pass plan.json from lcmoe plan --emit or --json"
         ) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("plans"), list) or not isinstance(doc.get("inputs"), dict):
         raise LcmoeError("--plan", str(path), "has no 'inputs' and 'plans'", "pass plan.json from lcmoe plan --emit")
     return doc
+
+
+def _whole(section: dict[str, Any], key: str, default: int | None = None) -> int:
+    value = section[key] if default is None else section.get(key, default)
+    return whole_number(value, field=f"plan {key}", fix="re-run lcmoe plan")
+
+
+def _flag(section: dict[str, Any], key: str, default: bool | None = None) -> bool:
+    """A JSON boolean (plan.json writes true/false); no truthy text or numbers."""
+    value = section[key] if default is None else section.get(key, default)
+    if not isinstance(value, bool):
+        raise LcmoeError(f"plan {key}", value, "must be true or false", "re-run lcmoe plan")
+    return value
+
+
+def _text(section: dict[str, Any], key: str) -> str:
+    value = section[key]
+    if not isinstance(value, str):
+        raise LcmoeError(f"plan {key}", value, "must be a string", "re-run lcmoe plan")
+    return value
+
+
+def _texts(section: dict[str, Any], key: str) -> frozenset[str]:
+    value = section[key]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise LcmoeError(f"plan {key}", value, "must be a list of strings", "re-run lcmoe plan")
+    return frozenset(value)
 
 
 def run_from_plan(doc: dict[str, Any], *, index: int = 0, hardware: HardwareSpec | None = None) -> RunConfig:
@@ -49,37 +76,47 @@ def run_from_plan(doc: dict[str, Any], *, index: int = 0, hardware: HardwareSpec
         raise LcmoeError("--plan-index", index, f"must be between 0 and {len(plans) - 1}", "use 0 for the best plan")
     inputs, entry = doc["inputs"], plans[index]
     try:
+        if not isinstance(entry, dict):
+            raise TypeError("a plan entry must be a mapping")
         lay, rec = entry["layout"], entry["recompute"]
-        model = load_model(str(inputs["model"]))
-        hw = hardware or load_hardware(str(inputs["gpu"]))
+        if not isinstance(lay, dict) or not isinstance(rec, dict):
+            raise TypeError("layout and recompute must be mappings")
+        model = load_model(_text(inputs, "model"))
+        hw = hardware or load_hardware(_text(inputs, "gpu"))
+        layout_text = lay.get("pipeline_layout")
+        if layout_text is not None and not isinstance(layout_text, str):
+            raise LcmoeError("plan pipeline_layout", layout_text, "must be a string or null", "re-run lcmoe plan")
         layout = ParallelLayout(
-            tp=int(lay["tp"]),
-            cp=int(lay["cp"]),
-            ep=int(lay["ep"]),
-            etp=int(lay["etp"]),
-            pp=int(lay["pp"]),
-            vpp=int(lay["vpp"]),
-            dp=int(lay["dp"]),
-            mbs=int(lay["mbs"]),
-            gbs=int(lay["gbs"]),
-            sequence_parallel=bool(lay["sequence_parallel"]),
-            cp_comm_type=str(lay["cp_comm_type"]),
-            pipeline_layout=lay.get("pipeline_layout"),
+            tp=_whole(lay, "tp"),
+            cp=_whole(lay, "cp"),
+            ep=_whole(lay, "ep"),
+            etp=_whole(lay, "etp"),
+            pp=_whole(lay, "pp"),
+            vpp=_whole(lay, "vpp"),
+            dp=_whole(lay, "dp"),
+            mbs=_whole(lay, "mbs"),
+            gbs=_whole(lay, "gbs"),
+            sequence_parallel=_flag(lay, "sequence_parallel"),
+            cp_comm_type=_text(lay, "cp_comm_type"),
+            pipeline_layout=layout_text,
         )
+        method = rec.get("method") or "uniform"
         options = TrainingOptions(
-            seq_len=int(inputs["seq_len"]),
-            precision=str(entry["precision"]),
+            seq_len=_whole(inputs, "seq_len"),
+            precision=_text(entry, "precision"),
             # Plans written before main_grads_dtype was recorded all planned a BF16 buffer.
             main_grads_dtype="fp32" if entry.get("main_grads_dtype") == "fp32" else "bf16",
-            exp_avg_dtype="bf16" if entry.get("precision_aware_optimizer") else "fp32",
-            optimizer_offload_fraction=float(entry["optimizer_offload_fraction"]),
-            recompute_granularity=rec["granularity"],
-            recompute_modules=frozenset(rec["modules"]),
-            recompute_method=rec.get("method") or "uniform",
-            recompute_num_layers=int(rec.get("num_layers") or 1),
-            dispatcher=str(entry["dispatcher"]),
-            cuda_graph_scope=frozenset(entry["cuda_graph_scope"]),
-            overlap_moe_expert_parallel_comm=bool(entry["overlap_moe_expert_parallel_comm"]),
+            exp_avg_dtype="bf16" if _flag(entry, "precision_aware_optimizer", False) else "fp32",
+            optimizer_offload_fraction=real_number(
+                entry["optimizer_offload_fraction"], field="plan optimizer_offload_fraction", fix="re-run lcmoe plan"
+            ),
+            recompute_granularity=_text(rec, "granularity"),  # type: ignore[arg-type]  # checked by TrainingOptions
+            recompute_modules=_texts(rec, "modules"),
+            recompute_method=method,  # type: ignore[arg-type]  # checked by TrainingOptions
+            recompute_num_layers=_whole(rec, "num_layers", 1) if rec.get("num_layers") is not None else 1,
+            dispatcher=_text(entry, "dispatcher"),
+            cuda_graph_scope=_texts(entry, "cuda_graph_scope"),
+            overlap_moe_expert_parallel_comm=_flag(entry, "overlap_moe_expert_parallel_comm"),
             **_peft(entry.get("peft")),
         )
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
@@ -93,5 +130,8 @@ def _peft(doc: dict[str, Any] | None) -> dict[str, Any]:
     """TrainingOptions' LoRA fields from a plan entry's ``peft`` (None: full training)."""
     if not doc:
         return {}
-    targets = (str(t) for t in doc["targets"])
-    return lora_fields(int(doc["rank"]), targets, bool(doc.get("input_regather", False)), scheme=str(doc["scheme"]))
+    if not isinstance(doc, dict):
+        raise TypeError("peft must be a mapping")
+    return lora_fields(
+        _whole(doc, "rank"), _texts(doc, "targets"), _flag(doc, "input_regather", False), scheme=_text(doc, "scheme")
+    )

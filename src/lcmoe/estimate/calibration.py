@@ -184,28 +184,120 @@ def calibrate(measured: Sequence[MeasuredRun], base: TimeCoefficients | None = N
     )
 
 
+# Ranges of the coefficients COEFFICIENT_BOUNDS (time.py) leaves open, for a calibration file
+# read from disk (issue #31: an efficiency of 0 divided by zero, 5.0 or NaN ranked plans on
+# nonsense). Fractions of a time hidden or saved lie in [0, 1]; the rest are positive rates or
+# sizes, bounded at 10× the shipped value's order of magnitude:
+EXTRA_BOUNDS: dict[str, tuple[float, float]] = {
+    "tp_overlap_hidden": (0.0, 1.0),
+    "dp_exposed_fraction": (0.0, 1.0),
+    "cuda_graph_overhead_saving": (0.0, 1.0),
+    "grouped_gemm_half_tokens": (1.0, 1.0e6),  # shipped 512 tokens
+    "attention_half_chunk": (1.0, 1.0e6),  # shipped 1024 tokens
+    "elementwise_traffic_factor": (0.1, 100.0),  # shipped 3 passes
+    "host_adam_params_per_second": (1.0e6, 1.0e13),  # shipped 1e9 params/s
+}
+# A sustained clock relative to the family's reference GPU (fit_time.py: 0.7-1.2 fitted).
+GPU_CLOCK_BOUNDS = (0.1, 10.0)
+
+
+def _finite(value: object, *, field: str, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise LcmoeError(f"--calibration {path}: {field}", value, "must be a number", "re-run lcmoe calibrate")
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        raise LcmoeError(
+            f"--calibration {path}: {field}", value, "must be a number", "re-run lcmoe calibrate"
+        ) from None
+    if not math.isfinite(number):
+        raise LcmoeError(f"--calibration {path}: {field}", value, "must be a finite number", "re-run lcmoe calibrate")
+    return number
+
+
+def _checked_coefficients(values: object, path: str) -> dict[str, Any]:
+    """The calibration's coefficients, each a finite number inside its physical range."""
+    if not isinstance(values, dict):
+        raise LcmoeError(f"--calibration {path}: coefficients", values, "must be a mapping", "re-run lcmoe calibrate")
+    known = {f.name for f in fields(TimeCoefficients)} - {"fit"}
+    checked: dict[str, Any] = {}
+    for name, value in values.items():
+        if name not in known:
+            continue  # coefficients_from_values ignores unknown names; so do we
+        if name == "gpu_clock":
+            if not isinstance(value, dict):
+                raise LcmoeError(f"--calibration {path}: gpu_clock", value, "must be a mapping", "re-run calibrate")
+            clocks = {}
+            for gpu, clock in value.items():
+                number = _finite(clock, field=f"gpu_clock.{gpu}", path=path)
+                if not GPU_CLOCK_BOUNDS[0] <= number <= GPU_CLOCK_BOUNDS[1]:
+                    raise LcmoeError(
+                        f"--calibration {path}: gpu_clock.{gpu}",
+                        clock,
+                        f"must be between {GPU_CLOCK_BOUNDS[0]:g} and {GPU_CLOCK_BOUNDS[1]:g}",
+                        "re-run lcmoe calibrate",
+                    )
+                clocks[str(gpu)] = number
+            checked[name] = clocks
+            continue
+        number = _finite(value, field=name, path=path)
+        low, high = COEFFICIENT_BOUNDS.get(name) or EXTRA_BOUNDS.get(name) or (0.0, math.inf)
+        if not low <= number <= high:
+            raise LcmoeError(
+                f"--calibration {path}: {name}",
+                value,
+                f"must be between {low:g} and {high:g} (the measured range of this coefficient)",
+                "re-run lcmoe calibrate",
+            )
+        checked[name] = number
+    return checked
+
+
 def load_calibration(path: str | Path) -> Calibration:
-    """Read a cluster.yaml written by ``lcmoe calibrate``."""
+    """Read a cluster.yaml written by ``lcmoe calibrate``; every coefficient must be finite and
+    inside its range (COEFFICIENT_BOUNDS, EXTRA_BOUNDS), every scale within the fit's [0.2, 5]."""
     from lcmoe.catalog import read_yaml_file
 
-    data = read_yaml_file(path)
+    data = read_yaml_file(path, field="--calibration")
     if data.get("format") != FORMAT:
         raise LcmoeError("--calibration", str(path), f"is not an lcmoe calibration ({FORMAT})", "run lcmoe calibrate")
-    try:
-        fit = dict(data.get("fit") or {})
-        return Calibration(
-            architecture=str(data["architecture"]),
-            hardware=str(data.get("hardware", "")),
-            scales={str(k): float(v) for k, v in (data.get("scales") or {}).items()},
-            coefficients=coefficients_from_values(
-                dict(data.get("coefficients") or {}), {"mape_all": fit.get("mape_after"), **fit}
-            ),
-            runs=list(data.get("runs") or []),
-            mape_before=float(fit.get("mape_before", 0.0)),
-            mape_after=float(fit.get("mape_after", 0.0)),
+    where = str(path)
+    coefficients = _checked_coefficients(data.get("coefficients") or {}, where)
+    scales_in = data.get("scales") or {}
+    if not isinstance(scales_in, dict):
+        raise LcmoeError(f"--calibration {where}: scales", scales_in, "must be a mapping", "re-run lcmoe calibrate")
+    scales = {str(k): _finite(v, field=f"scales.{k}", path=where) for k, v in scales_in.items()}
+    for key, scale in scales.items():
+        if not math.exp(-LOG_SCALE_LIMIT) * 0.999 <= scale <= math.exp(LOG_SCALE_LIMIT) * 1.001:
+            raise LcmoeError(
+                f"--calibration {where}: scales.{key}", scale, "must be between 0.2 and 5", "re-run lcmoe calibrate"
+            )
+    fit_in = data.get("fit") or {}
+    if not isinstance(fit_in, dict):
+        raise LcmoeError(f"--calibration {where}: fit", fit_in, "must be a mapping", "re-run lcmoe calibrate")
+    fit = dict(fit_in)
+    mape_before = _finite(fit.get("mape_before", 0.0), field="fit.mape_before", path=where)
+    mape_after = _finite(fit.get("mape_after", 0.0), field="fit.mape_after", path=where)
+    architecture = data.get("architecture")
+    if architecture not in ("ampere", "hopper", "blackwell"):
+        raise LcmoeError(
+            f"--calibration {where}: architecture",
+            architecture,
+            "must be ampere, hopper or blackwell",
+            "re-run lcmoe calibrate",
         )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise LcmoeError("--calibration", str(path), f"has a bad field ({exc})", "re-run lcmoe calibrate") from None
+    runs = data.get("runs") or []
+    if not isinstance(runs, list):
+        raise LcmoeError(f"--calibration {where}: runs", runs, "must be a list", "re-run lcmoe calibrate")
+    return Calibration(
+        architecture=architecture,
+        hardware=str(data.get("hardware", ""))[:200],
+        scales=scales,
+        coefficients=coefficients_from_values(coefficients, {"mape_all": fit.get("mape_after"), **fit}),
+        runs=runs,
+        mape_before=mape_before,
+        mape_after=mape_after,
+    )
 
 
 def coefficients_for(hardware: HardwareSpec, calibration: Calibration | None) -> TimeCoefficients | None:
