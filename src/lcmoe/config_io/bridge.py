@@ -352,6 +352,23 @@ def _int(values: dict[str, Any], key: str, default: int) -> int:
     return whole_number(value, field=key, fix="fix the override")
 
 
+def _flag(values: dict[str, Any], key: str, default: bool) -> bool:
+    """A boolean field: true or false only. A quoted ``"false"`` is text, and ``bool("false")``
+    is True, so any other value is refused rather than coerced (issue #31)."""
+    value = _get(values, key, default)
+    if isinstance(value, bool):
+        return value
+    raise LcmoeError(key, value, "must be true or false", f"write {key}=true or {key}=false, unquoted")
+
+
+def _choice(values: dict[str, Any], key: str, default: str, allowed: tuple[str, ...]) -> str:
+    """An enum field: one of ``allowed`` (never silently replaced by a default)."""
+    value = _get(values, key, default)
+    if not isinstance(value, str) or value not in allowed:
+        raise LcmoeError(key, value, f"must be one of {', '.join(allowed)}", f"e.g. {key}={allowed[0]}")
+    return value
+
+
 def _list(value: Any) -> list[str]:
     if value is None:
         return []
@@ -381,7 +398,7 @@ def run_from_overrides(
     if vpp is None and layout_text:
         from lcmoe.layout import parse_pipeline_layout
 
-        vpp = max(len(parse_pipeline_layout(str(layout_text))) // max(pp, 1), 1)
+        vpp = max(len(parse_pipeline_layout(_layout_text(layout_text) or "")) // max(pp, 1), 1)
     dp = derive_dp(num_gpus, tp=tp, cp=cp, pp=pp)
     ep = _int(values, "model.expert_model_parallel_size", 1)
     layout = ParallelLayout(
@@ -394,26 +411,39 @@ def run_from_overrides(
         etp=_int(values, "model.expert_tensor_parallel_size", 1 if ep > 1 else tp),
         mbs=_int(values, "train.micro_batch_size", 1),
         gbs=_int(values, "train.global_batch_size", dp),
-        sequence_parallel=bool(_get(values, "model.sequence_parallel", tp > 1)) and tp > 1,
+        sequence_parallel=_flag(values, "model.sequence_parallel", tp > 1) and tp > 1,
         cp_comm_type=_cp_comm_type(values, cp),
-        pipeline_layout=str(layout_text) if layout_text else None,
+        pipeline_layout=_layout_text(layout_text),
     )
     precision, fields = _read_mixed_precision(values)
     granularity = _get(values, "model.recompute_granularity")
+    if granularity is not None and granularity not in ("selective", "full", "none"):
+        raise LcmoeError(
+            "model.recompute_granularity", granularity, "must be selective, full or null", "e.g. selective"
+        )
+    method = _choice(values, "model.recompute_method", "uniform", ("uniform", "block"))
     modules = _list(_get(values, "model.recompute_modules")) or (["core_attn"] if granularity == "selective" else [])
     # A dense model dispatches nothing, whatever its recipe's (unused) dispatcher field says.
-    kind = str(_get(values, "model.moe_token_dispatcher_type", "alltoall")) if model.is_moe else "alltoall"
-    dispatcher = str(_get(values, "model.moe_flex_dispatcher_backend", "deepep")) if kind == "flex" else kind
+    kind = (
+        _choice(values, "model.moe_token_dispatcher_type", "alltoall", ("alltoall", "allgather", "flex"))
+        if model.is_moe
+        else "alltoall"
+    )
+    dispatcher = (
+        _choice(values, "model.moe_flex_dispatcher_backend", "deepep", ("deepep", "hybridep"))
+        if kind == "flex"
+        else kind
+    )
     impl = str(_get(values, "model.cuda_graph_impl", "none"))
     scopes = frozenset(_graph_modules(values)) if impl != "none" else frozenset()
     if impl == "full_iteration" or (impl == "local" and not scopes):
         # Megatron-Core 0.19 names the local full-iteration graph cuda_graph_impl=full_iteration.
         scopes = frozenset({"full_iteration"})
-    aware = bool(_get(values, "optimizer.use_precision_aware_optimizer", False))
+    aware = _flag(values, "optimizer.use_precision_aware_optimizer", False)
     offload_key = "optimizer.optimizer_offload_fraction"
     offload = (
         real_number(_get(values, offload_key, 1.0), field=offload_key)
-        if _get(values, "optimizer.optimizer_cpu_offload", False)
+        if _flag(values, "optimizer.optimizer_cpu_offload", False)
         else 0.0
     )
     options = TrainingOptions(
@@ -421,15 +451,15 @@ def run_from_overrides(
         precision=precision,
         recompute_granularity=granularity if granularity in ("selective", "full") else "none",
         recompute_modules=frozenset(modules) if granularity == "selective" else frozenset(),
-        recompute_method="block" if _get(values, "model.recompute_method") == "block" else "uniform",
+        recompute_method="block" if method == "block" else "uniform",
         recompute_num_layers=_int(values, "model.recompute_num_layers", 1),
-        dispatcher=dispatcher if dispatcher in ("alltoall", "allgather", "deepep", "hybridep") else "alltoall",
+        dispatcher=dispatcher,
         cuda_graph_scope=scopes,
-        overlap_moe_expert_parallel_comm=bool(
-            _get(values, "comm_overlap.overlap_moe_expert_parallel_comm", False)
-            or _get(values, "model.overlap_moe_expert_parallel_comm", False)
+        overlap_moe_expert_parallel_comm=(
+            _flag(values, "comm_overlap.overlap_moe_expert_parallel_comm", False)
+            or _flag(values, "model.overlap_moe_expert_parallel_comm", False)
         ),
-        distributed_optimizer=bool(_get(values, "ddp.use_distributed_optimizer", True)),
+        distributed_optimizer=_flag(values, "ddp.use_distributed_optimizer", True),
         fp8_param_gather=_quantized_params(precision, fields),
         main_grads_dtype=_gradient_buffer_dtype(values, fields, aware=aware),
         precision_aware=aware,
@@ -439,6 +469,17 @@ def run_from_overrides(
         **_peft_fields(values),
     )
     return RunConfig(model, hardware, layout, options)
+
+
+def _layout_text(value: Any) -> str | None:
+    """``model.pipeline_model_parallel_layout`` as the string lcmoe parses (bounded there)."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise LcmoeError(
+            "model.pipeline_model_parallel_layout", value, "must be a layout string", "e.g. Et*3|t*4|t*4|t*3mL"
+        )
+    return value
 
 
 def _cp_comm_type(values: dict[str, Any], cp: int) -> str:
@@ -498,29 +539,54 @@ def parse_override_lines(text: str) -> dict[str, Any]:
     """``KEY=VALUE`` lines (``overrides.txt``, ``#`` comments) as Hydra reads their values, the
     inverse of ``format_override_value``: YAML scalars and lists, and ``{k:v,…}`` dictionaries,
     which YAML would read as keys "k:v" without values. A leading ``+`` (append) is dropped; a
-    value YAML cannot read stays text."""
-    import yaml
-
+    value YAML cannot read stays text. At most MAX_OVERRIDE_LINES lines of at most
+    MAX_OVERRIDE_CHARS characters each (bounded work, issue #31)."""
     values: dict[str, Any] = {}
+    count = 0
     for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
             continue
+        count += 1
+        if count > MAX_OVERRIDE_LINES:
+            raise LcmoeError(
+                "overrides",
+                f"{count:,}+ lines",
+                f"are more than {MAX_OVERRIDE_LINES:,}",
+                "pass the run's overrides only",
+            )
         key, _, raw = line.partition("=")
         key, raw = key.strip().lstrip("+"), raw.strip()
+        if len(raw) > MAX_OVERRIDE_CHARS:
+            raise LcmoeError(key, raw, f"is longer than {MAX_OVERRIDE_CHARS:,} characters", "check the value")
         if raw.startswith("{"):
             values[key] = _parse_fields(raw)
             continue
-        try:
-            values[key] = yaml.safe_load(raw) if raw else None
-        except yaml.YAMLError:
-            values[key] = raw
+        values[key] = _override_scalar(raw, key) if raw else None
     return values
+
+
+# A Bridge config has ~1,500 fields and its longest value (a pipeline layout of 128 stages)
+# is < 2,000 characters: these bounds are ~10× that.
+MAX_OVERRIDE_LINES = 20_000
+MAX_OVERRIDE_CHARS = 20_000
+
+
+def _override_scalar(raw: str, key: str) -> Any:
+    """One override value read as YAML (bounded: safe_io.load_yaml); text when YAML cannot read
+    it, but a number too long for any field is refused outright."""
+    from lcmoe.safe_io import check_int_literals, load_yaml
+
+    check_int_literals(raw, origin=key)
+    try:
+        return load_yaml(raw, origin=key)
+    except LcmoeError:
+        return raw
 
 
 def _parse_fields(text: str) -> dict[str, Any]:
     """Hydra's ``{k:v,…}`` (flat, as ``format_override_value`` writes it) as a dict."""
-    import yaml
+    from lcmoe.safe_io import load_yaml
 
     out: dict[str, Any] = {}
     for item in text.strip().strip("{}").split(","):
@@ -529,7 +595,7 @@ def _parse_fields(text: str) -> dict[str, Any]:
             raise LcmoeError(
                 "mixed_precision", text, "is not a {key:value,…} mapping", "write mixed_precision={fp8:hybrid,…}"
             )
-        out[key.strip()] = yaml.safe_load(raw.strip()) if raw.strip() else None
+        out[key.strip()] = load_yaml(raw.strip(), origin=f"mixed_precision.{key.strip()}") if raw.strip() else None
     return out
 
 
@@ -563,7 +629,7 @@ def _peft_fields(values: dict[str, Any]) -> dict[str, Any]:
         return {}
     targets = _list(_get(values, "peft.target_modules")) or LORA_TARGETS
     return lora_fields(
-        _int(values, "peft.dim", 32), targets, bool(_get(values, "peft.sequence_parallel_input_regather", False))
+        _int(values, "peft.dim", 32), targets, _flag(values, "peft.sequence_parallel_input_regather", False)
     )
 
 
