@@ -33,6 +33,7 @@ import gzip
 import math
 import re
 import sys
+import zlib
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import BinaryIO, cast
 
 from lcmoe.errors import LcmoeError
+from lcmoe.safe_io import check_regular_file, os_reason
 
 MAX_LINE_BYTES = 64 * 1024
 MAX_ITERATIONS = 50_000
@@ -65,7 +67,9 @@ _THEORETICAL = re.compile(
 _TIMER = re.compile(r"^\s*([\w-]+(?: [\w-]+)*) \.+: \(([\d.]+), ([\d.]+)\)")
 _ARGS_START = re.compile(r"-{3,} arguments -{3,}")
 _ARGS_END = re.compile(r"-{3,} end of arguments -{3,}")
-_ARG_LINE = re.compile(r"^\s*([A-Za-z_][\w]*) (?:\.+ )?(.*?)\s*$")
+# Greedy tail, stripped in Python: a lazy ``(.*?)\s*$`` rescans the trailing blanks at every
+# position, quadratic on a long line of spaces.
+_ARG_LINE = re.compile(r"^\s*([A-Za-z_]\w*) (?:\.+ )?(.*)$")
 _SIZE = r"([\d.]+) ?([KMGT]i?B|bytes)"
 _OOM = re.compile(
     r"CUDA out of memory\. Tried to allocate "
@@ -78,11 +82,50 @@ _OOM = re.compile(
 )
 _OOM_IN_USE = re.compile(r"this process has " + _SIZE + r" memory in use")
 _OOM_BY_PYTORCH = re.compile(r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch, and " + _SIZE)
-_COMM_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("hybridep", re.compile(r"hybrid[_ ]?ep.*(?:error|fail|assert|out of memory|exceed)", re.IGNORECASE)),
-    ("deepep", re.compile(r"deep[_ ]?ep.*(?:error|fail|assert|out of memory|exceed|timeout)", re.IGNORECASE)),
-    ("nccl", re.compile(r"NCCL (?:error|WARN)|nccl\w*Error|ncclUnhandledCudaError|NCCL timeout|Watchdog caught")),
+# Communication-library failures, matched in linear time (issue #31: ``deep[_ ]?ep.*(?:error|…)``
+# backtracked quadratically over a long line of repeated "DeepEP", 258 s for a 1.3 MB log). A
+# library is named by its first mention; a failure word must follow that mention on the line
+# (the first mention leaves the longest tail, so this is what the ``.*`` search meant).
+_LIBRARY_MENTIONS: tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...] = (
+    ("hybridep", re.compile(r"hybrid[_ ]?ep", re.IGNORECASE), ("error", "fail", "assert", "out of memory", "exceed")),
+    (
+        "deepep",
+        re.compile(r"deep[_ ]?ep", re.IGNORECASE),
+        ("error", "fail", "assert", "out of memory", "exceed", "timeout"),
+    ),
 )
+_NCCL_PLAIN = re.compile(r"NCCL (?:error|WARN)|ncclUnhandledCudaError|NCCL timeout|Watchdog caught")
+_WORD = re.compile(r"\w+")
+
+
+def _nccl_failure(line: str) -> bool:
+    """``NCCL error|WARN``, ``NCCL timeout``, a watchdog, or a word ``nccl…Error`` (one \\w run
+    holding "nccl" and a later "Error"), each found in one pass."""
+    if _NCCL_PLAIN.search(line):
+        return True
+    if "nccl" not in line or "Error" not in line:
+        return False
+    for word in _WORD.finditer(line):
+        token = word.group(0)
+        at = token.find("nccl")
+        if at >= 0 and "Error" in token[at + 4 :]:
+            return True
+    return False
+
+
+def comm_library(line: str) -> str | None:
+    """The communication library a failure line blames (hybridep, deepep, nccl), or None."""
+    lower: str | None = None
+    for library, mention, words in _LIBRARY_MENTIONS:
+        found = mention.search(line)
+        if found:
+            lower = lower if lower is not None else line.lower()
+            tail = lower[found.end() :]
+            if any(word in tail for word in words):
+                return library
+    return "nccl" if _nccl_failure(line) else None
+
+
 # Cheap pre-filter for the communication-failure patterns (most NCCL lines are INFO chatter).
 _FAILURE_WORDS = ("rror", "WARN", "ail", "ssert", "xceed", "imeout", "atchdog", "memory")
 _UNITS = {
@@ -282,7 +325,7 @@ class _Builder:
                 return
             match = _ARG_LINE.match(line)
             if match and len(self.arguments) < MAX_CONFIG_KEYS:
-                self.arguments.setdefault(match.group(1), match.group(2))
+                self.arguments.setdefault(match.group(1), match.group(2).rstrip())
                 return
         if "iteration" in line and "|" in line:
             if "memory (" in line:
@@ -307,10 +350,9 @@ class _Builder:
             and ("NCCL" in line or "nccl" in line or "EP" in line or "_ep" in line)
             and any(word in line for word in _FAILURE_WORDS)
         ):
-            for library, pattern in _COMM_PATTERNS:
-                if pattern.search(line):
-                    self.comm.append(CommFailure(self.lines, rank, library, line.strip()[:300]))
-                    break
+            library = comm_library(line)
+            if library is not None:
+                self.comm.append(CommFailure(self.lines, rank, library, line.strip()[:300]))
 
     def _iteration(self, line: str) -> None:
         head, elapsed = _ITERATION.search(line), _ELAPSED.search(line)
@@ -488,20 +530,27 @@ def _open_binary(path: Path) -> BinaryIO:
 
 
 def read_log(source: str | Path) -> LogSummary:
-    """Stream a log file (plain or .gz; ``-`` = standard input) in bounded memory."""
+    """Stream a log file (plain or .gz; ``-`` = standard input) in bounded memory. Only a regular
+    file is opened (a FIFO would block, /dev/zero never ends); a corrupt or truncated .gz is
+    read up to the damage, or refused when nothing before it could be read."""
     builder = _Builder()
     if str(source) == "-":
         for line in _bounded_lines(sys.stdin.buffer, builder):
             builder.feed(line)
         return builder.build()
     path = Path(source)
+    check_regular_file(path, field="LOG")
     try:
         with _open_binary(path) as stream:
             for line in _bounded_lines(stream, builder):
                 builder.feed(line)
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
         if builder.lines == 0:
+            reason = os_reason(exc) if isinstance(exc, OSError) and not isinstance(exc, gzip.BadGzipFile) else None
             raise LcmoeError(
-                "LOG", str(source), f"cannot be read ({exc.__class__.__name__})", "check the path"
+                "LOG",
+                str(source),
+                f"cannot be read ({reason or 'a corrupt or truncated gzip stream'})",
+                "check the path, or gunzip -t the file",
             ) from None
     return builder.build()

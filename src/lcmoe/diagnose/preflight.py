@@ -290,10 +290,28 @@ except Exception as exc:
 Runner = Callable[[list[str]], tuple[int, str]]
 
 
+def probe_environment() -> dict[str, str]:
+    """The environment a probe runs in: this one without the variables that make Python import
+    from elsewhere (PYTHONPATH, PYTHONSTARTUP, PYTHONHOME, …); CUDA_*, NCCL_*, LD_LIBRARY_PATH
+    and PATH stay, since they decide what torch and nvidia-smi see."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+
+
 def run_command(argv: list[str]) -> tuple[int, str]:
-    """(exit code, stdout) of a probe; 127 when the program is missing, 124 on timeout."""
+    """(exit code, stdout) of a probe; 127 when the program is missing, 124 on timeout. Probes
+    run isolated: from the filesystem root (nothing of the current directory on any path), in
+    ``probe_environment()``, with a Python probe in isolated mode (``python -I``)."""
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            check=False,
+            cwd=os.path.abspath(os.sep),
+            env=probe_environment(),
+            stdin=subprocess.DEVNULL,
+        )
     except FileNotFoundError:
         return 127, ""
     except subprocess.TimeoutExpired:
@@ -304,7 +322,9 @@ def run_command(argv: list[str]) -> tuple[int, str]:
 
 
 def _json_probe(runner: Runner, code: str) -> dict[str, object]:
-    rc, out = runner([sys.executable, "-c", code])
+    # -I: isolated mode, neither the current directory nor PYTHON* variables nor user site on
+    # sys.path, so a torch.py lying in the working directory is never what gets imported.
+    rc, out = runner([sys.executable, "-I", "-c", code])
     if rc != 0:
         return {"error": f"probe exited {rc}"}
     try:
