@@ -366,7 +366,7 @@ def sweep(
     from lcmoe.units import parse_token_count
 
     rows: list[dict[str, Any]] = []
-    for text in [t for t in seq_lens.split(",") if t.strip()]:
+    for text in ro.seq_len_texts(seq_lens, field="--seq-lens"):
         seq = parse_token_count(text.strip(), field="--seq-lens")
         request = _request(
             model,
