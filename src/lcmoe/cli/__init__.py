@@ -5,8 +5,10 @@ Exit codes: 0 ok; 1 findings (no feasible plan, check warnings); 2 bad input or 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from typing import NoReturn
 
 import typer
 
@@ -39,20 +41,65 @@ app.command("preflight")(preflight)
 app.command("calibrate")(calibrate)
 
 
+def _tolerant_streams() -> None:
+    """Make stdout/stderr fall back instead of raising: a character the terminal's encoding
+    cannot show (``PYTHONIOENCODING=ascii``, ``LANG=C``) becomes ``?`` / ``\\uXXXX``."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(OSError, ValueError):  # a closed stream: handled on write
+                reconfigure(errors="backslashreplace" if stream is sys.stderr else "replace")
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    except OSError:
+        pass
+    sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - lives until exit
+
+
+def _stream_failure(exc: OSError) -> NoReturn:
+    """A write to stdout failed (closed, full, a reader that went away): one sentence, exit 2
+    (a broken pipe, whose reader has already left, exits 1 quietly)."""
+    _silence_stdout()
+    if isinstance(exc, BrokenPipeError):
+        sys.exit(1)
+    reason = exc.strerror or exc.__class__.__name__
+    try:
+        sys.stderr.write(f"error: cannot write the output ({reason}); check the output file or terminal.\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    sys.exit(2)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: domain errors become one sentence and exit code 2."""
+    """Console entry point: domain errors become one sentence and exit code 2; an output that
+    cannot be written (closed or full stdout, an unwritable file) too, never a traceback."""
     from lcmoe.errors import LcmoeError
 
     debug = "--debug" in (argv if argv is not None else sys.argv[1:]) or bool(os.environ.get("LCMOE_DEBUG"))
     args = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--debug"]
+    if sys.stdout is None or sys.stderr is None:  # started with fd 1 or 2 closed
+        if sys.stderr is not None:
+            sys.stderr.write("error: standard output is closed; run lcmoe with its output going somewhere.\n")
+        sys.stdout = sys.stdout or open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
+        sys.exit(2)
+    _tolerant_streams()
     try:
         app(args=args, prog_name="lcmoe", standalone_mode=True)
+        sys.stdout.flush()
     except LcmoeError as exc:
         if debug:
             raise
         from lcmoe.cli.common import stderr
 
         stderr.print(f"error: {exc}", highlight=False, markup=False)
+        _flush_or_fail()
         sys.exit(2)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted; nothing was written\n")
@@ -60,4 +107,35 @@ def main(argv: list[str] | None = None) -> None:
     except SystemExit as exc:
         if exc.code == EXIT_INTERRUPTED:  # typer turns Ctrl-C into a silent exit 130
             sys.stderr.write("interrupted; nothing was written\n")
+        _flush_or_fail()
         raise
+    except RecursionError:
+        if debug:
+            raise
+        sys.stderr.write("error: an input nests too deeply to read; flatten it.\n")
+        sys.exit(2)
+    except MemoryError:
+        if debug:
+            raise
+        _silence_stdout()
+        sys.stderr.write("error: an input needs more memory than lcmoe allows; check its sizes.\n")
+        sys.exit(2)
+    except OSError as exc:
+        if debug:
+            raise
+        if exc.filename is None:  # a write to stdout (closed, full, a reader gone)
+            _stream_failure(exc)
+        from lcmoe.errors import clip
+
+        reason = exc.strerror or exc.__class__.__name__
+        sys.stderr.write(f"error: {clip(str(exc.filename))}: {reason}; check the path.\n")
+        sys.exit(2)
+
+
+def _flush_or_fail() -> None:
+    try:
+        sys.stdout.flush()
+    except OSError as exc:
+        _stream_failure(exc)
+    except ValueError:  # stdout already closed by a handler above
+        pass

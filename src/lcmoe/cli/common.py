@@ -19,7 +19,7 @@ from lcmoe.specs.hardware import HardwareSpec
 from lcmoe.specs.model import ModelSpec
 
 # Off a terminal (pipes, CI logs) rich would assume 80 columns and wrap every table.
-stdout = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+stdout = Console(soft_wrap=True, width=None if sys.stdout is not None and sys.stdout.isatty() else 200)
 stderr = Console(stderr=True, soft_wrap=True)
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
@@ -78,16 +78,17 @@ def resolve_model(name_or_path: str) -> ModelSpec:
 
 def parse_overrides(pairs: list[str], *, option: str) -> dict[str, Any]:
     """``field=value`` pairs; values are parsed as YAML scalars (numbers, booleans, strings)."""
-    import yaml
+    from lcmoe.safe_io import check_int_literals, load_yaml
 
     result: dict[str, Any] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or not key.strip():
             raise LcmoeError(option, pair, "must be FIELD=VALUE", f"e.g. {option} gpus_per_node=4")
+        check_int_literals(raw, origin=f"{option} {key.strip()}")
         try:
-            result[key.strip()] = yaml.safe_load(raw)
-        except yaml.YAMLError:
+            result[key.strip()] = load_yaml(raw, origin=option)
+        except LcmoeError:
             raise LcmoeError(option, pair, "has a value that is not a number, boolean or string", "quote it") from None
     return result
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from lcmoe.cli.common import resolve_hardware, resolve_model
+from lcmoe.errors import LcmoeError
 from lcmoe.run import RunConfig
 from lcmoe.workload import LORA_TARGETS, lora_fields
 
@@ -15,9 +16,23 @@ if TYPE_CHECKING:
     from lcmoe.estimate.time import TimeCoefficients
     from lcmoe.specs.hardware import HardwareSpec
 
+
+def check_gpus(value: int | None) -> int | None:
+    """``--gpus`` bounded before any search or allocation uses it: 1 to 2^20 (layout.MAX_GPUS,
+    > 5× the largest announced training cluster). A typer callback, so every command that
+    takes the option refuses 10^30 GPUs before doing any work."""
+    from lcmoe.layout import MAX_GPUS
+
+    if value is None:
+        return value
+    if not 1 <= value <= MAX_GPUS:
+        raise LcmoeError("--gpus", value, f"must be a whole number from 1 to {MAX_GPUS:,}", "e.g. --gpus 256")
+    return value
+
+
 MODEL = typer.Option(..., "--model", "-m", help="catalog model, lcmoe YAML or HF config.json")
 GPU = typer.Option("h100", "--gpu", "-g", help="catalog GPU (lcmoe hardware)")
-GPUS = typer.Option(..., "--gpus", "-n", help="total GPUs")
+GPUS = typer.Option(..., "--gpus", "-n", help="total GPUs", callback=check_gpus)
 SEQ = typer.Option(..., "--seq-len", "-s", help="tokens per sequence: 4096, 32k, 128K")
 HW_FILE = typer.Option(None, "--hardware-file", help="your own hardware YAML")
 HW_SET = typer.Option([], "--hw", help="override a hardware field, FIELD=VALUE (repeatable)")
@@ -32,6 +47,41 @@ LORA_TARGETS_OPTION = typer.Option(
 LORA_REGATHER = typer.Option(
     False, "--lora-input-regather", help="LoRA.sequence_parallel_input_regather: keep LoRA-A inputs sequence-local"
 )
+
+
+# Each sequence length of a sweep is one full search (seconds): 32 covers 1K to 2^40 in powers
+# of two with room to spare, and bounds the work a single command line can ask for.
+MAX_SWEEP_LENGTHS = 32
+
+
+def seq_len_texts(text: str, *, field: str) -> list[str]:
+    """The entries of a comma list of sequence lengths (``4k,32k,128k``); an empty list (``,,,``)
+    or more than MAX_SWEEP_LENGTHS entries is refused, never an empty sweep that exits 0."""
+    entries = [t.strip() for t in text.split(",") if t.strip()]
+    if not entries:
+        raise LcmoeError(field, text, "names no sequence length", f"e.g. {field} 4k,32k,128k")
+    if len(entries) > MAX_SWEEP_LENGTHS:
+        raise LcmoeError(
+            field, text, f"names {len(entries)} lengths, more than {MAX_SWEEP_LENGTHS}", "sweep fewer lengths"
+        )
+    return entries
+
+
+def check_recompute_text(text: str) -> None:
+    """``--recompute full:METHOD:N`` needs N ≥ 1 (Megatron's recompute_num_layers); run.py's
+    parser would otherwise clamp ``full:block:-1`` to 1 and evaluate a run nobody asked for."""
+    parts = text.strip().lower().split(":")
+    if parts[0] == "full" and len(parts) > 2:
+        count = parts[2].strip()
+        if not count.isdigit() or not 1 <= int(count[:12]) <= 100_000:
+            raise LcmoeError(
+                "--recompute",
+                text,
+                "the layer count after full:METHOD: must be a whole number from 1 to 100,000",
+                "e.g. full:block:4",
+            )
+    if len(parts) > 3:
+        raise LcmoeError("--recompute", text, "has more than full:METHOD:N", "e.g. full:uniform:1")
 
 
 def peft_options(peft: str, lora_rank: int, lora_targets: str, lora_input_regather: bool) -> dict[str, Any]:
@@ -93,6 +143,7 @@ def build_run(
     )
     tokens = parse_token_count(seq_len)
     check_precision_supported(hardware, precision)
+    check_recompute_text(recompute)
     granularity, modules, method, num_layers = parse_recompute(recompute)
     scopes = frozenset(s.strip() for s in cuda_graph.split(",") if s.strip() and s.strip() != "none")
     layout = build_layout(
