@@ -4,7 +4,9 @@ models' measured error figures. Writing is ``write_report`` (atomic, like every 
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Sequence
 from dataclasses import replace
@@ -14,6 +16,7 @@ from typing import Any
 from lcmoe.emit.bridge import overrides_text
 from lcmoe.emit.megatron_lm import megatron_lm_text
 from lcmoe.emit.writer import atomic_write_text, install_directory
+from lcmoe.errors import LcmoeError
 from lcmoe.estimate.memory import shipped_coefficients
 from lcmoe.estimate.time import shipped_time_coefficients
 from lcmoe.plan.payload import plan_payload
@@ -76,22 +79,53 @@ def build_report(
     return inputs, figures(inputs)
 
 
+def _check_target(path: Path, *, directory: bool = False) -> None:
+    """Refuse to replace anything but a regular file (or a directory for the plots): ``--out
+    /dev/full`` run as root would otherwise rename a report over the device node."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise _unwritable(path, exc) from None
+    wanted = stat.S_ISDIR(info.st_mode) if directory else stat.S_ISREG(info.st_mode)
+    if not wanted:
+        raise LcmoeError(
+            "--out",
+            str(path),
+            f"exists and is not a {'directory' if directory else 'regular file'}; lcmoe will not replace it",
+            "choose another path",
+        )
+
+
+def _unwritable(path: Path, exc: OSError) -> LcmoeError:
+    reason = exc.strerror or exc.__class__.__name__
+    return LcmoeError("--out", str(path), f"cannot be written ({reason})", "choose a writable directory")
+
+
 def write_report(html_path: Path, inputs: ReportInputs, figs: list[Figure]) -> list[Path]:
     """report.html (self-contained), report.md and report_plots/*.svg for the Markdown, each
-    replaced atomically: an interrupted write leaves the previous report whole."""
+    replaced atomically: an interrupted write leaves the previous report whole. An OS error
+    (read-only folder, a path under a file, a full disk) is one LcmoeError sentence."""
     html_path = Path(html_path)
     plots_name = f"{html_path.stem}_plots"
     plots_dir = html_path.parent / plots_name
-    html_path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=html_path.parent, prefix=f".{plots_name}.staging."))
-    try:
-        for fig in figs:
-            (staging / f"{fig.name}.svg").write_text(fig.svg, encoding="utf-8")
-        install_directory(staging, plots_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     md_path = html_path.with_suffix(".md")
-    atomic_write_text(md_path, render_markdown(inputs, figs, plots_name))
-    atomic_write_text(html_path, render_html(inputs, figs))
+    for target in (html_path, md_path):
+        _check_target(target)
+    _check_target(plots_dir, directory=True)
+    try:
+        html_path.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=html_path.parent, prefix=f".{plots_name}.staging."))
+        try:
+            for fig in figs:
+                (staging / f"{fig.name}.svg").write_text(fig.svg, encoding="utf-8")
+            install_directory(staging, plots_dir)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        atomic_write_text(md_path, render_markdown(inputs, figs, plots_name))
+        atomic_write_text(html_path, render_html(inputs, figs))
+    except OSError as exc:
+        raise _unwritable(Path(exc.filename) if exc.filename else html_path, exc) from None
     return [html_path, md_path, plots_dir]

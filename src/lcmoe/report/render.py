@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from lcmoe.plan.format import (
     PLAN_COLUMNS,
@@ -237,16 +239,39 @@ def render_html(inputs: ReportInputs, figs: list[Figure]) -> str:
         + "".join(f"<li>{html.escape(line)}</li>" for line in _assumptions(inputs))
         + "</ul>"
     )
-    blob = json.dumps(payload, default=str).replace("</", "<\\/")
+    # <, > and & as JSON \u escapes: no "</script>" or "<!--" in a user string can end the block.
+    blob = json.dumps(payload, default=str).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     parts.append(f'<script type="application/json" id="lcmoe-payload">{blob}</script>')
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
 
 # ----- Markdown --------------------------------------------------------------------------------
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|#!~])")
+
+
+def _md_text(value: object) -> str:
+    """A user-supplied string (model or GPU name, a path) as inert Markdown text: HTML
+    metacharacters become entities (a ``<script>`` in a model name stays text in every viewer)
+    and Markdown's own punctuation is backslash-escaped (no links, emphasis or table breaks)."""
+    return _MD_SPECIAL.sub(r"\\\1", html.escape(str(value), quote=False))
+
+
+def _md_inline(value: object) -> str:
+    """lcmoe's own sentences that may quote user values: HTML metacharacters escaped only."""
+    return html.escape(str(value), quote=False)
+
+
+def _md_fence(text: str) -> list[str]:
+    """``text`` in a code fence longer than any backtick run inside it (so it cannot close it)."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence, text, fence]
+
+
 def _md_table(columns: tuple[str, ...], rows: list[list[str]]) -> str:
     def cell(v: str) -> str:
-        return v.replace("|", "\\|")
+        return html.escape(str(v), quote=False).replace("|", "\\|")
 
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
@@ -257,49 +282,41 @@ def render_markdown(inputs: ReportInputs, figs: list[Figure], plots_dir: str) ->
     payload = inputs.payload
     meta = payload["inputs"]
     out = [
-        f"# lcmoe plan — {meta['model']} at {meta['seq_len']} tokens on {meta['num_gpus']} × {meta['gpu']}",
+        f"# lcmoe plan — {_md_text(meta['model'])} at {_md_text(meta['seq_len'])} tokens on "
+        f"{_md_text(meta['num_gpus'])} × {_md_text(meta['gpu'])}",
         "",
         f"lcmoe {payload['lcmoe_version']}: searched {payload['searched']} candidates, {payload['legal']} legal, "
         f"{payload['fit']} fit.",
         "",
-        *([peft_text(meta["peft"]) + ".", ""] if meta.get("peft") else []),
+        *([_md_inline(peft_text(meta["peft"])) + ".", ""] if meta.get("peft") else []),
         "## Plans, fastest first",
         "",
         _md_table(PLAN_COLUMNS, labelled_rows(payload)) if payload["plans"] else "No layout fits.",
     ]
     note = at_risk_note(payload) if payload["plans"] else ""
     if note:
-        out += ["", note + "."]
+        out += ["", _md_inline(note) + "."]
     by_name = {f.name: f for f in figs}
     for i, plan in enumerate(payload["plans"][:3]):
-        out += ["", f"## Plan {i + 1}: {layout_text(plan['layout'])}", ""]
-        out += [f"- [{r['rule']}] {r['text']}" for r in plan["reasons"]]
+        out += ["", f"## Plan {i + 1}: {_md_inline(layout_text(plan['layout']))}", ""]
+        out += [f"- [{_md_inline(r['rule'])}] {_md_inline(r['text'])}" for r in plan["reasons"]]
         for kind in ("memory", "time"):
             fig = by_name.get(f"plan{i + 1}_{kind}")
             if fig:
-                out += ["", f"![{fig.caption}]({plots_dir}/{fig.name}.svg)"]
+                out += ["", f"![{_md_text(fig.caption)}]({quote(plots_dir)}/{quote(fig.name)}.svg)"]
     for name, heading in (("pareto", "Memory against throughput"), ("sweep", "Sequence-length sweep")):
         fig = by_name.get(name)
         if fig:
-            out += ["", f"## {heading}", "", f"![{fig.caption}]({plots_dir}/{fig.name}.svg)"]
+            out += ["", f"## {heading}", "", f"![{_md_text(fig.caption)}]({quote(plots_dir)}/{quote(fig.name)}.svg)"]
             if name == "sweep":
                 out += ["", _md_table(SWEEP_COLUMNS, _sweep_rows(inputs.sweep))]
     out += ["", "## Rules applied", ""]
-    out += [f"- `{rule}` {title} — {text}" for rule, title, text in _rules_applied(payload, inputs.rules)]
     out += [
-        "",
-        "## Emitted config (plan 1)",
-        "",
-        "```",
-        inputs.overrides.rstrip(),
-        "```",
-        "",
-        "```",
-        inputs.megatron_args.rstrip(),
-        "```",
-        "",
-        "## Assumptions and error bands",
-        "",
+        f"- `{_md_inline(rule)}` {_md_inline(title)} — {_md_inline(text)}"
+        for rule, title, text in _rules_applied(payload, inputs.rules)
     ]
-    out += [f"- {line}" for line in _assumptions(inputs)]
+    out += ["", "## Emitted config (plan 1)", ""]
+    out += [*_md_fence(inputs.overrides.rstrip()), "", *_md_fence(inputs.megatron_args.rstrip())]
+    out += ["", "## Assumptions and error bands", ""]
+    out += [f"- {_md_inline(line)}" for line in _assumptions(inputs)]
     return "\n".join(out) + "\n"
