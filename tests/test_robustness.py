@@ -79,27 +79,8 @@ def test_sigint_during_search_leaves_no_files(tmp_path: Path) -> None:
     assert _leftovers(tmp_path, "plan") == []
 
 
-def test_interrupted_emit_keeps_the_old_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from lcmoe.catalog import load_hardware, load_model
-    from lcmoe.emit import writer
-    from lcmoe.plan.payload import plan_payload
-    from lcmoe.plan.search import PlanRequest, search
-
-    request = PlanRequest(load_model("qwen3-30b-a3b"), load_hardware("h100"), 16, 16384, top_k=1)
-    result = search(request)
-    target = tmp_path / "out"
-    target.mkdir()
-    (target / "plan.json").write_text("{}", encoding="utf-8")
-
-    def interrupt(*args: object, **kwargs: object) -> str:
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(writer, "run_md", interrupt)  # plan.json and configs are already in staging
-    with pytest.raises(KeyboardInterrupt):
-        writer.write_plan_directory(target, plan_payload(request, result), result, steps=10, confirmed=True)
-    assert [p.name for p in target.iterdir()] == ["plan.json"]
-    assert (target / "plan.json").read_text(encoding="utf-8") == "{}"
-    assert _leftovers(tmp_path, "out") == []
+# The interrupted --emit cases (old or new directory, at every step of the write) are in
+# tests/test_emit_safety.py.
 
 
 def test_interrupted_atomic_write_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,6 +16,7 @@ import typer
 from lcmoe.cli import run_options as ro
 from lcmoe.cli.common import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, JSON, print_json, resolve_hardware, stdout
 from lcmoe.errors import LcmoeError
+from lcmoe.specs.model import ModelSpec
 from lcmoe.units import whole_number
 
 MAX_INPUT_BYTES = 16 * 1024 * 1024
@@ -64,36 +65,58 @@ def detect_format(text: str) -> str:
     return "yaml"
 
 
-def parse_run(text: str, *, model: str | None, gpu: str, gpus: int, seq_len: str | None, hardware: Any) -> Any:
+def parse_run(
+    text: str,
+    *,
+    model: str | ModelSpec | None,
+    gpu: str,
+    gpus: int,
+    seq_len: str | None,
+    hardware: Any,
+    source: str = "-",
+) -> Any:
     from lcmoe.cli.common import resolve_model
     from lcmoe.config_io.bridge import flatten, parse_override_lines, run_from_overrides
+    from lcmoe.config_io.emitted import read_emitted
+    from lcmoe.config_io.known_fields import unknown_flags, unknown_override_keys
     from lcmoe.config_io.megatron_args import layout_from_args, options_from_args, parse_megatron_args, tokenize_args
     from lcmoe.run import RunConfig
     from lcmoe.units import parse_token_count
 
-    fmt = detect_format(text)
+    emitted = read_emitted(source, text)
+    if emitted is not None and emitted.plan is not None:
+        from lcmoe.config_io.plan_json import run_from_plan
+
+        return emitted.kind, run_from_plan(emitted.plan, hardware=hardware), []
+    fmt = emitted.kind if emitted is not None else detect_format(text)
     if fmt == "megatron-args":
+        unknown = unknown_flags("--" + name for name in tokenize_args(text))
+        if unknown:  # a misspelled flag would stop Megatron-LM at start-up: report it, read nothing more
+            return fmt, None, unknown
         if model is None:
             parsed = parse_megatron_args(text, world_size=gpus)
-            return fmt, RunConfig(parsed.model, hardware, parsed.layout, parsed.options)
+            return fmt, RunConfig(parsed.model, hardware, parsed.layout, parsed.options), []
         # The architecture comes from --model; the arguments give layout and options only.
-        spec = resolve_model(model)
+        spec = model if isinstance(model, ModelSpec) else resolve_model(model)
         args = tokenize_args(text)
         layout = layout_from_args(args, world_size=gpus, num_layers=spec.num_layers)
-        return fmt, RunConfig(spec, hardware, layout, options_from_args(args))
+        return fmt, RunConfig(spec, hardware, layout, options_from_args(args)), []
     if model is None:
         raise LcmoeError(
             "--model", None, "is needed for Bridge overrides/YAML (the recipe's model)", "e.g. --model deepseek-v3"
         )
-    spec = resolve_model(model)
-    if fmt == "overrides":
+    spec = model if isinstance(model, ModelSpec) else resolve_model(model)
+    if emitted is not None:
+        values = emitted.overrides
+    elif fmt == "overrides":
         values = parse_override_lines(text)
     else:
         from lcmoe.catalog import read_yaml_text
 
         values = flatten(read_yaml_text(text, origin="config YAML"))
+    unknown = unknown_override_keys(values)
     seq = parse_token_count(seq_len) if seq_len else None
-    return fmt, run_from_overrides(values, model=spec, hardware=hardware, num_gpus=gpus, seq_len=seq)
+    return fmt, run_from_overrides(values, model=spec, hardware=hardware, num_gpus=gpus, seq_len=seq), unknown
 
 
 def check(
@@ -112,29 +135,47 @@ def check(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="one verdict line"),
 ) -> None:
     """Check an existing config: legality with fixes, the memory verdict, the time estimate and the LC-* rules."""
+    from lcmoe.config_io.plan_json import plan_specs
     from lcmoe.estimate.report import estimate_run
     from lcmoe.rules.advice import advise
     from lcmoe.rules.legality import violations
 
     planned = emitted_plan_inputs(source)
-    model = model or (str(planned["model"]) if planned.get("model") is not None else None)
+    spec_model: str | ModelSpec | None = model
+    if model is None and planned.get("model") is not None:
+        spec_model = plan_specs(planned)[0] if isinstance(planned.get("model_spec"), dict) else str(planned["model"])
     gpu_name = str(gpu or planned.get("gpu") or "h100")
     world = gpus
     if world is None and planned.get("num_gpus") is not None:
         world = ro.check_gpus(whole_number(planned["num_gpus"], field="plan.json num_gpus"))
     if not isinstance(world, int) or isinstance(world, bool) or world < 1:
         raise LcmoeError("--gpus", world, "is needed (no plan.json next to the file says it)", "e.g. --gpus 256")
-    hardware = resolve_hardware(gpu_name, hardware_file=hardware_file, overrides=hw)
-    fmt, run = parse_run(read_input(source), model=model, gpu=gpu_name, gpus=world, seq_len=seq_len, hardware=hardware)
-    errors = [v.as_dict() for v in violations(run, megatron_core_version=megatron_core_version)]
-    advice = [a.as_dict() for a in advise(run)]
+    planned_hardware = plan_specs(planned)[1] if isinstance(planned.get("hardware_spec"), dict) else None
+    if planned_hardware is not None and gpu is None and hardware_file is None and not hw:
+        hardware = planned_hardware
+    else:
+        hardware = resolve_hardware(gpu_name, hardware_file=hardware_file, overrides=hw)
+    fmt, run, unknown = parse_run(
+        read_input(source),
+        model=spec_model,
+        gpu=gpu_name,
+        gpus=world,
+        seq_len=seq_len,
+        hardware=hardware,
+        source=source,
+    )
+    errors = unknown + (
+        [v.as_dict() for v in violations(run, megatron_core_version=megatron_core_version)] if run else []
+    )
+    advice = [a.as_dict() for a in advise(run)] if run else []
     result: dict[str, Any] = {"format": fmt, "errors": errors, "advice": advice}
-    if not errors:
+    if not errors and run is not None:
         result.update(estimate_run(run, ro.time_coefficients(calibration, run.hardware)))
     warnings = [a for a in advice if a["severity"] in ("warn", "error")]
-    if errors:
+    # A predicted OOM is an error: the run would not start (exit 2 gates a CI job; 1 is warnings only).
+    if errors or not result["memory"]["fits"]:
         code = EXIT_BAD_INPUT
-    elif warnings or not result["memory"]["fits"]:
+    elif warnings:
         code = EXIT_FINDINGS
     else:
         code = EXIT_OK

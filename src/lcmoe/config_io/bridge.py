@@ -11,7 +11,12 @@ by Hydra), dispatcher type and flex backend are set together, an explicit
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+from importlib import resources
 from typing import Any, Literal
+
+import yaml
 
 from lcmoe.errors import LcmoeError
 from lcmoe.layout import ParallelLayout
@@ -21,51 +26,66 @@ from lcmoe.specs.model import ModelSpec
 from lcmoe.units import real_number, whole_number
 from lcmoe.workload import LORA_TARGETS, TrainingOptions, lora_fields
 
-# The Bridge recipe (``megatron.bridge.recipes``) each catalog model is launched from.
-RECIPES = {
-    "deepseek-v3": "deepseek_v3_pretrain_config",
-    "kimi-k2": "kimi_k2_pretrain_config",
-    "qwen3-235b-a22b": "qwen3_235b_a22b_pretrain_config",
-    "qwen3-30b-a3b": "qwen3_30b_a3b_pretrain_config",
-    "qwen3-next-80b-a3b": "qwen3_next_80b_a3b_pretrain_config",
-    "gpt-oss-120b": "gpt_oss_120b_pretrain_config",
-    "gpt-oss-20b": "gpt_oss_20b_pretrain_config",
-    "llama3-70b": "llama3_70b_pretrain_config",
-    "llama3.1-405b": "llama31_405b_pretrain_config",
-    "llama3-8b": "llama3_8b_pretrain_config",
-    "nemotron-3-nano-30b-a3b": "nemotron_3_nano_pretrain_config",
-    "nemotron-3.5-lightning-30b-a3b": "nemotron_3_5_lightning_pretrain_config",
-    "nemotron-3-super-120b-a12b": "nemotron_3_super_pretrain_config",
-    # GLM-5.2's recipes are named by GPU count and type (recipes/glm/h100/glm5.py; the H100 one
-    # runs full recompute at PP13·VPP2); lcmoe's overrides replace its layout.
-    "glm-5.2": "glm52_pretrain_416gpu_h100_bf16_config",
-}
-# Models whose recipe module also exports ``<stem>_peft_config`` (the LoRA/DoRA finetuning
-# recipe ``run_recipe.py --mode lora`` loads; megatron/bridge/recipes/*/__init__.py). Bridge has
-# no PEFT recipe for DeepSeek-V3 or Kimi-K2, and GLM-5.2's (glm52_peft_208gpu_h100_bf16_config)
-# does not follow the stem naming.
-PEFT_RECIPE_MODELS = frozenset(RECIPES) - {"deepseek-v3", "kimi-k2", "glm-5.2"}
+
+@dataclass(frozen=True, slots=True)
+class RecipeTable:
+    """``catalog/bridge_recipes.yaml``: model → recipe (per GPU) and what each recipe holds."""
+
+    default: dict[str, str]
+    by_gpu: dict[str, dict[str, str]]
+    peft: dict[str, str | None]
+    comm_overlap: frozenset[str]
+    mixed_precision_object: frozenset[str]
+    known: frozenset[str]
 
 
-def recipe_name(model: ModelSpec, options: TrainingOptions) -> str:
-    """The model's pretraining recipe, or under LoRA its ``<stem>_peft_config`` (whether Bridge
-    ships one or not: ``recipe_for`` checks)."""
-    recipe = RECIPES.get(model.name, "your_recipe_config")
-    return peft_recipe_name(recipe) if options.is_lora else recipe
+@functools.cache
+def recipe_table() -> RecipeTable:
+    """The shipped recipe table (package data, read once)."""
+    text = resources.files("lcmoe.catalog").joinpath("bridge_recipes.yaml").read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    models, recipes = data["models"], data["recipes"]
+    return RecipeTable(
+        default={name: entry["recipe"] for name, entry in models.items()},
+        by_gpu={name: dict(entry.get("by_gpu") or {}) for name, entry in models.items()},
+        peft={name: entry.get("peft") for name, entry in models.items()},
+        comm_overlap=frozenset(name for name, entry in recipes.items() if entry["comm_overlap"]),
+        mixed_precision_object=frozenset(name for name, entry in recipes.items() if entry["mixed_precision_object"]),
+        known=frozenset(recipes),
+    )
 
 
-def recipe_for(model: ModelSpec, options: TrainingOptions) -> str:
+def has_recipe(model: ModelSpec) -> bool:
+    """Whether Megatron Bridge ships a recipe for this model (``catalog/bridge_recipes.yaml``)."""
+    return model.name in recipe_table().default
+
+
+def recipe_name(model: ModelSpec, options: TrainingOptions, hardware: HardwareSpec | None = None) -> str:
+    """The model's pretraining recipe for ``hardware`` (Bridge's GPU-specific one where it ships
+    one), or under LoRA its PEFT recipe; ``your_recipe_config`` for a model Bridge has none for."""
+    table = recipe_table()
+    if options.is_lora:
+        return table.peft.get(model.name) or peft_recipe_name(table.default.get(model.name, "your_recipe_config"))
+    gpu = hardware.name.lower() if hardware is not None else ""
+    return table.by_gpu.get(model.name, {}).get(gpu) or table.default.get(model.name, "your_recipe_config")
+
+
+def recipe_for(model: ModelSpec, options: TrainingOptions, hardware: HardwareSpec | None = None) -> str | None:
     """The Bridge recipe a run launches from (``recipe_name``; a LoRA run is launched with
-    ``--mode lora``), refused for a LoRA model Bridge has no PEFT recipe for."""
-    if options.is_lora and model.name not in PEFT_RECIPE_MODELS:
+    ``--mode lora``); None for a model Bridge ships no recipe for; refused for a LoRA run of a model
+    Bridge has no PEFT recipe for."""
+    if not has_recipe(model):
+        return None
+    if options.is_lora and not recipe_table().peft.get(model.name):
+        peft_models = sorted(name for name, peft in recipe_table().peft.items() if peft)
         raise LcmoeError(
             "peft",
             "lora",
             f"has no Megatron Bridge recipe for {model.name} (Bridge ships <model>_peft_config recipes only for "
-            f"{', '.join(sorted(PEFT_RECIPE_MODELS))})",
+            f"{', '.join(peft_models)})",
             "write the LoRA config yourself from the emitted overrides, or plan full training",
         )
-    return recipe_name(model, options)
+    return recipe_name(model, options, hardware)
 
 
 def peft_recipe_name(recipe: str) -> str:
@@ -73,25 +93,14 @@ def peft_recipe_name(recipe: str) -> str:
     return recipe.removesuffix("_pretrain_config") + "_peft_config"
 
 
-# Recipes whose ConfigContainer has ``comm_overlap=None`` in megatron-bridge 0.6.2 (built and
-# checked by tests/test_bridge_runtime.py); the others carry a CommOverlapConfig.
-RECIPES_WITHOUT_COMM_OVERLAP = frozenset(
-    {
-        "qwen3_235b_a22b_pretrain_config",
-        "qwen3_next_80b_a3b_pretrain_config",
-        "glm52_pretrain_416gpu_h100_bf16_config",  # recipes/common.py _pretrain_common: comm_overlap=None
-    }
-)
-# PEFT recipes start from ``_peft_common()`` (recipes/common.py: ``comm_overlap=None``); of the
-# catalog's, only Llama 3.1 405B's sets a CommOverlapConfig (checked by tests/test_bridge_runtime.py).
-PEFT_RECIPES_WITH_COMM_OVERLAP = frozenset({"llama31_405b_peft_config"})
-
-
 def recipe_has_comm_overlap(recipe: str) -> bool:
-    """Whether the recipe's ConfigContainer carries a CommOverlapConfig (megatron-bridge 0.6.2)."""
-    if recipe.endswith("_peft_config"):
-        return recipe in PEFT_RECIPES_WITH_COMM_OVERLAP
-    return recipe not in RECIPES_WITHOUT_COMM_OVERLAP
+    """Whether the recipe's ConfigContainer carries a CommOverlapConfig (megatron-bridge 0.6.2);
+    a recipe not in the table (a user's own) is assumed to be like Bridge's: pretraining recipes
+    carry one, PEFT recipes (``_peft_common``) do not."""
+    table = recipe_table()
+    if recipe in table.known:
+        return recipe in table.comm_overlap
+    return not recipe.endswith("_peft_config")
 
 
 def override_key(key: str) -> str:
@@ -101,12 +110,12 @@ def override_key(key: str) -> str:
     return "+" + key if key.startswith("peft.") else key
 
 
-def ep_overlap_key(model: ModelSpec, options: TrainingOptions) -> str:
+def ep_overlap_key(model: ModelSpec, options: TrainingOptions, hardware: HardwareSpec | None = None) -> str:
     """Where EP overlap is set for this model's recipe: ``comm_overlap.*`` overwrites the model
     field at start-up when the recipe has a CommOverlapConfig (comm_overlap.py:438, 604-619);
     without one, runtime_config_update never calls it (config.py:1883) and the model field
     (MCore TransformerConfig.overlap_moe_expert_parallel_comm) is what runs."""
-    if not recipe_has_comm_overlap(recipe_name(model, options)):
+    if not recipe_has_comm_overlap(recipe_name(model, options, hardware)):
         return "model.overlap_moe_expert_parallel_comm"
     return "comm_overlap.overlap_moe_expert_parallel_comm"
 
@@ -172,28 +181,13 @@ MIXED_PRECISION_FIELDS: dict[str, dict[str, Any]] = {
     "mxfp8": {"fp8": "e4m3", "fp8_recipe": "mxfp8"},
     "nvfp4": {"fp4": "e2m1"},
 }
-# Recipes whose ConfigContainer holds a MixedPrecisionConfig object, so that its fields can be
-# overridden (``mixed_precision={…}`` merges into it); the others hold a registered name
-# ("bf16_mixed", recipes/common.py) that only a name can replace. Checked against megatron-bridge
-# 0.6.2 by tests/test_bridge_runtime.py; a recipe not listed is treated as holding a name.
-RECIPES_WITH_MIXED_PRECISION_OBJECT = frozenset(
-    {
-        "deepseek_v3_pretrain_config",
-        "glm52_pretrain_416gpu_h100_bf16_config",
-        "llama3_70b_pretrain_config",
-        "nemotron_3_5_lightning_pretrain_config",
-        "nemotron_3_nano_pretrain_config",
-        "qwen3_30b_a3b_pretrain_config",
-        "qwen3_30b_a3b_peft_config",
-    }
-)
 
 
 def keeps_bf16_grad_buffer(recipe: str) -> bool:
     """Whether lcmoe's overrides can give this recipe's run a BF16 DDP gradient buffer: only a
-    recipe holding a MixedPrecisionConfig object (``RECIPES_WITH_MIXED_PRECISION_OBJECT``); a
-    registered name reduces gradients in FP32."""
-    return recipe in RECIPES_WITH_MIXED_PRECISION_OBJECT
+    recipe holding a MixedPrecisionConfig object (``catalog/bridge_recipes.yaml``); a registered
+    name reduces gradients in FP32 (a registered name always brings ``grad_reduce_in_fp32=True``)."""
+    return recipe in recipe_table().mixed_precision_object
 
 
 def mixed_precision_fields(options: TrainingOptions) -> dict[str, Any]:
@@ -227,9 +221,9 @@ def precision_of_fields(fields: dict[str, Any]) -> str:
 def mixed_precision_override(run: RunConfig) -> str | dict[str, Any]:
     """``mixed_precision``: the precision fields merged into the recipe's own config object where it
     holds one (keeps a BF16 gradient buffer and the parameter dtype choice), else the registered
-    name (``RECIPES_WITH_MIXED_PRECISION_OBJECT``; fp16 always by name, its dtypes differ)."""
+    name (``catalog/bridge_recipes.yaml``; fp16 always by name, its dtypes differ)."""
     opt = run.options
-    if opt.precision == "fp16" or not keeps_bf16_grad_buffer(recipe_name(run.model, opt)):
+    if opt.precision == "fp16" or not keeps_bf16_grad_buffer(recipe_name(run.model, opt, run.hardware)):
         return MIXED_PRECISION[opt.precision]
     return mixed_precision_fields(opt)
 
@@ -288,7 +282,7 @@ def overrides_from_run(run: RunConfig) -> dict[str, Any]:
             out["model.moe_flex_dispatcher_backend"] = opt.dispatcher
         else:
             out["model.moe_token_dispatcher_type"] = opt.dispatcher
-        out[ep_overlap_key(run.model, opt)] = opt.overlap_moe_expert_parallel_comm
+        out[ep_overlap_key(run.model, opt, run.hardware)] = opt.overlap_moe_expert_parallel_comm
         # LatentMoE refuses shared-expert overlap in training (moe_layer.py:476-487).
         if opt.overlap_moe_expert_parallel_comm or run.model.moe_latent_size:
             out["model.moe_shared_expert_overlap"] = False

@@ -13,7 +13,8 @@ from lcmoe.errors import LcmoeError
 from lcmoe.layout import ParallelLayout
 from lcmoe.run import RunConfig
 from lcmoe.safe_io import load_json, read_text_capped
-from lcmoe.specs.hardware import HardwareSpec
+from lcmoe.specs.hardware import HardwareSpec, hardware_from_dict
+from lcmoe.specs.model import ModelSpec, model_from_dict
 from lcmoe.units import real_number, whole_number
 from lcmoe.workload import TrainingOptions, lora_fields
 
@@ -65,9 +66,25 @@ def _texts(section: dict[str, Any], key: str) -> frozenset[str]:
     return frozenset(value)
 
 
+def plan_specs(inputs: dict[str, Any]) -> tuple[ModelSpec, HardwareSpec | None]:
+    """The plan's model (the embedded ``model_spec``, else the catalog model of that name: plans
+    before the spec was embedded) and its embedded hardware, if any."""
+    from lcmoe.catalog import load_model
+
+    spec = inputs.get("model_spec")
+    if isinstance(spec, dict):
+        model = model_from_dict(spec, origin="plan.json inputs.model_spec")
+    else:
+        model = load_model(_text(inputs, "model"))
+    hardware = inputs.get("hardware_spec")
+    return model, hardware_from_dict(hardware, origin="plan.json inputs.hardware_spec") if isinstance(
+        hardware, dict
+    ) else None
+
+
 def run_from_plan(doc: dict[str, Any], *, index: int = 0, hardware: HardwareSpec | None = None) -> RunConfig:
     """Plan ``index`` (0 = best) of a plan document; ``hardware`` overrides the catalog GPU."""
-    from lcmoe.catalog import load_hardware, load_model
+    from lcmoe.catalog import load_hardware
 
     plans = doc["plans"]
     if not plans:
@@ -81,8 +98,8 @@ def run_from_plan(doc: dict[str, Any], *, index: int = 0, hardware: HardwareSpec
         lay, rec = entry["layout"], entry["recompute"]
         if not isinstance(lay, dict) or not isinstance(rec, dict):
             raise TypeError("layout and recompute must be mappings")
-        model = load_model(_text(inputs, "model"))
-        hw = hardware or load_hardware(_text(inputs, "gpu"))
+        model, plan_hardware = plan_specs(inputs)
+        hw = hardware or plan_hardware or load_hardware(_text(inputs, "gpu"))
         layout_text = lay.get("pipeline_layout")
         if layout_text is not None and not isinstance(layout_text, str):
             raise LcmoeError("plan pipeline_layout", layout_text, "must be a string or null", "re-run lcmoe plan")

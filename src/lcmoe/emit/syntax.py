@@ -102,7 +102,7 @@ def shell_word(field: str, value: str) -> str:
 
 # Container references as pyxis/enroot and docker spell them (registry/name:tag, name@sha256:…,
 # enroot's registry#image): no spaces, quotes or shell metacharacters.
-_CONTAINER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@#+-]*")
+_CONTAINER = re.compile(r"[A-Za-z0-9/.][A-Za-z0-9._/:@#+-]*")
 
 
 def container_image(field: str, value: str) -> str:
