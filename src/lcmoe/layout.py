@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from lcmoe.errors import LcmoeError
-from lcmoe.estimate.params import LayerSignature, layer_signature
+from lcmoe.specs.layers import LayerSignature, layer_signature
 from lcmoe.specs.model import ModelSpec
 
 

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Defined with the spec (lcmoe.specs.layers); re-exported for the estimators that import them from here.
+from lcmoe.specs.layers import LayerSignature as LayerSignature
+from lcmoe.specs.layers import attention_kind as attention_kind
+from lcmoe.specs.layers import layer_signature as layer_signature
 from lcmoe.specs.model import AttentionKind, ModelSpec
 
 
@@ -28,21 +32,6 @@ class LayerParams:
     @property
     def dense(self) -> int:
         return self.attention + self.mlp_dense
-
-
-def attention_kind(spec: ModelSpec, layer: int) -> AttentionKind:
-    """Sequence-mixer kind of decoder layer ``layer`` (0-based); MTP layers pass
-    ``spec.mtp_layer`` (the rule is ``ModelSpec._attention_kinds``, cached on the frozen spec)."""
-    return spec._attention_kinds[layer]
-
-
-LayerSignature = tuple[bool, AttentionKind, bool, bool]
-
-
-def layer_signature(spec: ModelSpec, layer: int) -> LayerSignature:
-    """What makes two layers identical for every cost lcmoe computes: MoE or not, mixer kind,
-    MLP or not (hybrid layers hold one of the two), DSA indexer or not."""
-    return spec._layer_signatures[layer]
 
 
 def gqa_attention_params(spec: ModelSpec) -> int:
