@@ -10,8 +10,6 @@ from dataclasses import dataclass
 
 from lcmoe.run import RunConfig
 
-SOURCE = "long-context-guidance.md (nemo-mbridge-perf-moe-long-context skill, megatron-bridge-facts.md §6)"
-
 
 @dataclass(frozen=True, slots=True)
 class Advice:
