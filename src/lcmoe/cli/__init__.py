@@ -52,7 +52,11 @@ def _tolerant_streams() -> None:
 
 
 def _silence_stdout() -> None:
-    """Point stdout at /dev/null so the interpreter's final flush cannot fail a second time."""
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail a second time
+    (only the process's own stdout: a caller's redirected stream is left to the caller)."""
+    if sys.stdout is not sys.__stdout__:
+        sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - lives until exit
+        return
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
@@ -121,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.write("error: an input needs more memory than lcmoe allows; check its sizes.\n")
         sys.exit(2)
     except OSError as exc:
-        if debug:
+        if debug or exc.errno is None:  # not an OS call that failed (e.g. a TimeoutError raised by code)
             raise
         if exc.filename is None:  # a write to stdout (closed, full, a reader gone)
             _stream_failure(exc)
