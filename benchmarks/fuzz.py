@@ -1,9 +1,15 @@
 """Every input surface fuzzed (the robustness issue's acceptance): ≥ 10,000 generated cases per
 surface — HF config.json, lcmoe model YAML, hardware YAML, CLI numbers, layouts (with the
 estimator invariants and monotonicities), `check` inputs (Megatron-LM args, Bridge overrides and
-YAML), plan JSON, training logs — plus one 10⁶-line log. Each case must end in a result or one
-LcmoeError sentence within 10 s; anything else is a failure. Prints the counts; exit 1 on any
-failure.
+YAML), plan JSON, training logs — and the hostile-input surfaces of issue #31: hostile YAML/JSON
+text (deep nesting, alias bombs, 5000-digit integers, non-finite values, binary, megabyte
+scalars) through every reader, special files (/dev/zero, FIFOs, directories, sparse 17 MiB
+files, symlink loops), pipeline layouts with huge repeats through the CLI, overrides, Megatron
+arguments and plan.json, calibrations with non-finite and out-of-range coefficients, and the CLI
+writing to a closed, full, broken or ASCII-only stdout — plus one 10⁶-line log. Each case must
+end in a result or one LcmoeError sentence within 10 s, and the process must stay within 1 GB of
+resident memory; anything else is a failure. Prints the counts, the slowest case and the peak
+RSS per surface; exit 1 on any failure.
 
     python benchmarks/fuzz.py [--cases 10000] [--surface NAME …] [--seed 0] [--json OUT]
 """
@@ -52,15 +58,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", dest="json_out")
     args = parser.parse_args(argv)
     rows = []
-    print(f"{'surface':15s} {'cases':>7s} {'results':>8s} {'errors':>7s} {'failures':>8s} {'seconds':>8s}  outcomes")
+    header = f"{'surface':16s} {'cases':>7s} {'results':>8s} {'errors':>7s} {'failures':>8s} {'seconds':>8s}"
+    print(f"{header} {'slowest':>8s} {'peak MiB':>8s}  outcomes")
     for name in args.surface:
         start = time.perf_counter()
         report = run_surface(name, args.cases, args.seed)
         seconds = time.perf_counter() - start
         outcomes = ", ".join(f"{k}: {v}" for k, v in report.outcomes.most_common())
         print(
-            f"{name:15s} {report.cases:7d} {report.results:8d} {report.errors:7d} {len(report.failures):8d} "
-            f"{seconds:8.1f}  {outcomes}"
+            f"{name:16s} {report.cases:7d} {report.results:8d} {report.errors:7d} {len(report.failures):8d} "
+            f"{seconds:8.1f} {report.slowest_seconds:8.2f} {report.peak_rss_bytes / 1024**2:8.0f}  {outcomes}"
         )
         for failure in report.failures[:5]:
             print(f"    {failure[:400]}")
@@ -74,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
                 "failure_examples": report.failures[:20],
                 "outcomes": dict(report.outcomes),
                 "seconds": seconds,
+                "slowest_case_seconds": report.slowest_seconds,
+                "peak_rss_bytes": report.peak_rss_bytes,
             }
         )
     big = million_line_log()

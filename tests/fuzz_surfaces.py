@@ -5,9 +5,14 @@ benchmarks/fuzz.py (≥ 10,000 cases per surface)."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
+import os
+import resource
 import signal
+import tempfile
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,7 +30,8 @@ from lcmoe.specs.hf import SUPPORTED_MODEL_TYPES
 from tests.helpers import HF_FAMILY_BASE
 
 CATALOG = Path(__file__).resolve().parent.parent / "src" / "lcmoe" / "catalog"
-CASE_SECONDS = 10.0
+CASE_SECONDS = 10.0  # the issue's budget: any command on any input <= 10 MB within 10 s ...
+CASE_RSS_BYTES = 1024**3  # ... and 1 GB of resident memory (checked as the process's peak)
 
 HOSTILE: st.SearchStrategy[Any] = st.one_of(
     st.none(),
@@ -37,6 +43,10 @@ HOSTILE: st.SearchStrategy[Any] = st.one_of(
     st.sampled_from(["", "nan", "inf", "-1", "1e400", "٣", "１２８", "128k", "$(reboot)", "'; rm -rf /", "\x00"]),
     st.lists(st.integers(-3, 3), max_size=4),
     st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    # Issue #31 classes: integers past int()'s 4300-digit limit, digit strings, non-finite floats
+    # as text, deep nesting, a long value.
+    st.sampled_from([10**400, -(10**400), "9" * 5000, ".inf", "-.inf", ".nan", "true", "false", "x" * 100_000]),
+    st.integers(1, 150).map(lambda depth: json.loads("[" * depth + "]" * depth)),
 )
 
 
@@ -48,6 +58,8 @@ class SurfaceReport:
     errors: int = 0
     failures: list[str] = field(default_factory=list)
     outcomes: Counter[str] = field(default_factory=Counter)
+    slowest_seconds: float = 0.0  # the longest single case (budget: CASE_SECONDS)
+    peak_rss_bytes: int = 0  # the process's peak resident memory after the surface (budget: CASE_RSS_BYTES)
 
 
 class InvariantBroken(AssertionError):
@@ -66,6 +78,11 @@ def time_limit(seconds: float) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory (ru_maxrss is KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _mutate(draw: st.DrawFn, base: dict[str, Any], extra_keys: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -398,14 +415,23 @@ def check_configs(draw: st.DrawFn) -> str:
     return draw(st.text(max_size=300))
 
 
-def attempt_check_config(text: str) -> str:
+def parse_config(text: str, *, model: str | None, seq_len: str | None = None) -> Any:
+    """check's parse_run on ``text`` for 16 H100s: the RunConfig, or None where check reports
+    the config without building a run (unknown flags)."""
     from lcmoe.cli.check_cmd import parse_run
+
+    parsed = parse_run(text, model=model, gpu="h100", gpus=16, seq_len=seq_len, hardware=load_hardware("h100"))
+    return parsed[1]
+
+
+def attempt_check_config(text: str) -> str:
     from lcmoe.estimate.report import estimate_run
     from lcmoe.rules.legality import violations
 
-    hw = load_hardware("h100")
     model = "qwen3-30b-a3b" if "--num-layers" not in text else None
-    _, run = parse_run(text, model=model, gpu="h100", gpus=16, seq_len="4096", hardware=hw)
+    run = parse_config(text, model=model, seq_len="4096")
+    if run is None:
+        return "refused: unknown flags"
     if violations(run):
         return "refused by a legality rule"
     estimate_run(run)
@@ -479,6 +505,289 @@ def attempt_log(lines: list[str]) -> None:
     json.dumps(summary.as_dict())
 
 
+# ----- issue #31 surfaces: hostile text, special files, layouts, calibrations, output streams ------
+def _deep(depth: int, flow: str) -> str:
+    return flow[0] * depth + flow[1] * depth
+
+
+def _anchor_bomb(levels: int, width: int) -> str:
+    lines = [f"a0: &a0 [{', '.join(['x'] * width)}]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * width)}]" for i in range(1, levels)]
+    return "\n".join([*lines, f"model: {{tensor_model_parallel_size: 1, bomb: *a{levels - 1}}}"]) + "\n"
+
+
+HOSTILE_TEXTS: st.SearchStrategy[str] = st.one_of(
+    st.integers(1, 100_000).map(lambda d: "a: " + _deep(d, "[]") + "\n"),
+    st.integers(1, 100_000).map(lambda d: "a: " + "{b: " * d + "1" + "}" * d + "\n"),
+    st.integers(1, 5000).map(lambda d: "- " * d + "x\n"),
+    st.tuples(st.integers(2, 12), st.integers(2, 12)).map(lambda t: _anchor_bomb(*t)),
+    st.integers(4000, 6000).map(lambda n: f"num_layers: {'9' * n}\n"),
+    st.sampled_from(["a: .inf\n", "a: .nan\n", "a: !!python/object:os.system x\n", "\x00\xff\ufffe", "a:\tb\n"]),
+    st.binary(max_size=200).map(lambda b: b.decode("latin-1")),
+    st.integers(1, 3_000_000).map(lambda n: "name: " + "x" * n + "\n"),
+)
+
+
+@st.composite
+def yaml_texts(draw: st.DrawFn) -> tuple[str, str]:
+    """(reader, hostile text): every YAML/JSON reader lcmoe has gets the same texts."""
+    reader = draw(st.sampled_from(["model", "hardware", "calibration", "check-yaml", "check-overrides", "plan"]))
+    text = draw(HOSTILE_TEXTS)
+    if reader == "plan" and draw(st.booleans()):
+        text = draw(st.integers(1, 200_000).map(lambda d: '{"inputs": ' + _deep(d, "[]") + ', "plans": []}'))
+    return reader, text
+
+
+def _read_as(reader: str, path: Path) -> object:
+    """Hand ``path`` to one of lcmoe's file readers, as the CLI does."""
+    from lcmoe.catalog import load_hardware_file, load_model_file
+    from lcmoe.cli.check_cmd import read_input
+    from lcmoe.config_io.plan_json import read_plan, run_from_plan
+    from lcmoe.diagnose.logs import read_log
+    from lcmoe.estimate.calibration import load_calibration
+
+    if reader == "model":
+        return load_model_file(path)
+    if reader == "hf-json":
+        return load_model_file(path.with_suffix(".json")) if path.suffix != ".json" else load_model_file(path)
+    if reader == "hardware":
+        return load_hardware_file(path)
+    if reader == "calibration":
+        return load_calibration(path)
+    if reader == "plan":
+        return run_from_plan(read_plan(path))
+    if reader == "log":
+        return read_log(path)
+    model = None if reader == "check-args" else "qwen3-30b-a3b"
+    return parse_config(read_input(str(path)), model=model)
+
+
+def attempt_yaml_text(case: tuple[str, str]) -> str:
+    reader, text = case
+    with tempfile.TemporaryDirectory() as folder:
+        name = {"plan": "plan.json", "check-overrides": "overrides.txt"}.get(reader, "input.yaml")
+        path = Path(folder) / name
+        path.write_text(text, encoding="utf-8", errors="surrogatepass")
+        _read_as(reader, path)
+    return "read"
+
+
+SPECIAL_FILES = ("/dev/zero", "/dev/null", "fifo", "directory", "missing", "empty", "binary", "big", "symlink-loop")
+FILE_READERS = ("model", "hf-json", "hardware", "calibration", "plan", "log", "check-args", "check-yaml")
+
+
+@st.composite
+def special_files(draw: st.DrawFn) -> tuple[str, str]:
+    return draw(st.sampled_from(FILE_READERS)), draw(st.sampled_from(SPECIAL_FILES))
+
+
+def attempt_special_file(case: tuple[str, str]) -> str:
+    """Every reader on every kind of file that is not a small regular file: one sentence or a
+    result, never a hang (a FIFO), an endless read (/dev/zero) or a traceback."""
+    reader, kind = case
+    with tempfile.TemporaryDirectory() as folder:
+        base = Path(folder)
+        suffix = ".json" if reader in ("hf-json", "plan") else ".yaml"
+        path = base / f"input{suffix}"
+        if kind.startswith("/dev/"):
+            path = Path(kind)
+        elif kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "directory":
+            path.mkdir()
+        elif kind == "empty":
+            path.write_bytes(b"")
+        elif kind == "binary":
+            path.write_bytes(bytes(range(256)) * 64)
+        elif kind == "big":
+            with path.open("wb") as handle:
+                handle.truncate(17 * 1024 * 1024)  # sparse: larger than every cap
+        elif kind == "symlink-loop":
+            os.symlink(path, path)
+        _read_as(reader, path)
+    return "read"
+
+
+LAYOUT_TOKENS = st.sampled_from(["E", "t", "m", "L", "|", "t*99999999", "(t|)*9999999", "(", ")", "*", "x", " "])
+
+
+@st.composite
+def pipeline_layouts(draw: st.DrawFn) -> tuple[str, str]:
+    """(where, layout text): the CLI option, a Bridge override, Megatron arguments or plan.json."""
+    where = draw(st.sampled_from(["cli", "override", "args", "plan"]))
+    if where == "plan":
+        _plan_doc()  # the one real search, done here and not inside a case's time budget
+    if draw(st.booleans()):
+        text = "".join(draw(st.lists(LAYOUT_TOKENS, max_size=12)))
+    else:
+        inner = "t*" + str(draw(st.integers(0, 10**12)))
+        text = f"({inner}|)*{draw(st.integers(0, 10**12))}"
+    return where, text
+
+
+def attempt_pipeline_layout(case: tuple[str, str]) -> str:
+    from lcmoe.config_io.plan_json import run_from_plan
+    from lcmoe.rules.legality import violations
+    from lcmoe.run import RunConfig, build_layout
+    from lcmoe.workload import TrainingOptions
+
+    where, text = case
+    model, hw = load_model("qwen3-30b-a3b"), load_hardware("h100")
+    if where == "cli":
+        run = RunConfig(model, hw, build_layout(model, 16, pp=2, pipeline_layout=text), TrainingOptions(seq_len=4096))
+    elif where == "override":
+        body = f"model.pipeline_model_parallel_size=2\nmodel.pipeline_model_parallel_layout={text}\n"
+        run = parse_config(body, model="qwen3-30b-a3b")
+    elif where == "args":
+        body = f"--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout {json.dumps(text)}"
+        run = parse_config(body, model="qwen3-30b-a3b")
+    else:
+        doc = json.loads(json.dumps(_plan_doc()))
+        doc["plans"][0]["layout"].update(pp=2, dp=doc["plans"][0]["layout"]["dp"], pipeline_layout=text)
+        run = run_from_plan(doc)
+    return "refused by a legality rule" if violations(run) else "legal"
+
+
+CALIBRATION_VALUES = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0, 0.0, -0.5, 5.0, 1e308, -1, True, "x", None, [], {}, "__HUGE__"]),
+)
+
+
+@st.composite
+def calibrations(draw: st.DrawFn) -> str:
+    from dataclasses import fields as dc_fields
+
+    from lcmoe.estimate.time import TimeCoefficients
+
+    names = sorted(f.name for f in dc_fields(TimeCoefficients) if f.name not in ("fit",))
+    coefficients = {name: draw(CALIBRATION_VALUES) for name in draw(st.lists(st.sampled_from(names), max_size=4))}
+    doc = {
+        "format": "lcmoe-calibration/1",
+        "architecture": draw(st.sampled_from(["hopper", "hopper", "blackwell", "volta", 3])),
+        "hardware": "h100",
+        "scales": {"all": draw(st.one_of(st.just(1.0), CALIBRATION_VALUES))},
+        "coefficients": coefficients,
+        "fit": {"n": 1, "mape_before": draw(CALIBRATION_VALUES), "mape_after": 1.0},
+    }
+    # A 5000-digit integer literal (past int()'s limit) is spliced into the text after dumping.
+    return yaml.safe_dump(doc, allow_unicode=True).replace("__HUGE__", "9" * 5000)
+
+
+def attempt_calibration(text: str) -> str:
+    """A calibration is refused, or every plan it times is finite and positive."""
+    from lcmoe.estimate.calibration import coefficients_for, load_calibration
+    from lcmoe.estimate.time import estimate_time
+    from lcmoe.run import RunConfig, build_layout
+    from lcmoe.workload import TrainingOptions
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "cluster.yaml"
+        path.write_text(text, encoding="utf-8")
+        calibration = load_calibration(path)
+    hw, model = load_hardware("h100"), load_model("qwen3-30b-a3b")
+    coefficients = coefficients_for(hw, calibration)
+    run = RunConfig(model, hw, build_layout(model, 8, ep=8), TrainingOptions(seq_len=4096))
+    time = estimate_time(run, coefficients) if coefficients is not None else estimate_time(run)
+    for name, value in (("step", time.step_seconds), ("tokens/s", time.tokens_per_sec_per_gpu)):
+        if not (math.isfinite(value) and value > 0):
+            raise InvariantBroken(f"calibrated {name} = {value}")
+    return "timed, finite"
+
+
+class _FailingStream:
+    """A text stream whose writes fail as a closed, full or vanished stdout does."""
+
+    def __init__(self, error: OSError | None, encoding: str = "utf-8") -> None:
+        self.error, self.encoding, self.errors, self.written = error, encoding, "strict", 0
+        self._fd: int | None = None
+
+    def reconfigure(self, *, errors: str) -> None:
+        self.errors = errors
+
+    def write(self, text: str) -> int:
+        if self.error is not None:
+            raise self.error
+        text.encode(self.encoding, self.errors)  # UnicodeEncodeError where an ASCII terminal would raise
+        self.written += len(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        # rich answers a broken pipe by dup2-ing /dev/null onto stdout's descriptor: give it one
+        # that is harmless to overwrite.
+        if self._fd is None:
+            self._fd = os.open(os.devnull, os.O_WRONLY)
+        return self._fd
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+OUTPUT_COMMANDS = (
+    ("models",),
+    ("hardware",),
+    ("flops", "-m", "deepseek-v3", "-s", "128k"),
+    ("estimate", "-m", "qwen3-30b-a3b", "-n", "16", "-s", "4k", "--ep", "8"),
+    ("estimate", "-m", "qwen3-30b-a3b", "-n", "16", "-s", "4k", "--ep", "8", "--json"),
+)
+STREAM_ERRORS = (
+    None,
+    BrokenPipeError(32, "Broken pipe"),
+    OSError(28, "No space left on device"),
+    OSError(9, "Bad file descriptor"),
+    OSError(5, "Input/output error"),
+)
+
+
+@st.composite
+def output_streams(draw: st.DrawFn) -> tuple[tuple[str, ...], int, str]:
+    return (
+        draw(st.sampled_from(OUTPUT_COMMANDS)),
+        draw(st.integers(0, len(STREAM_ERRORS) - 1)),
+        draw(st.sampled_from(["utf-8", "ascii", "latin-1"])),
+    )
+
+
+def attempt_output_stream(case: tuple[tuple[str, ...], int, str]) -> str:
+    """The CLI writing to a stdout that fails (closed, full, broken pipe) or cannot encode: exit
+    1 or 2 with at most one line on stderr, never a traceback."""
+    import contextlib
+    import sys
+
+    from lcmoe.cli import main
+
+    argv, which, encoding = case
+    error = STREAM_ERRORS[which]
+    out, err = _FailingStream(error, encoding), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):  # type: ignore[type-var]
+        try:
+            main(list(argv))
+        except SystemExit as exc:
+            code = int(exc.code or 0) if not isinstance(exc.code, str) else 1
+        finally:
+            out.close()
+    if not isinstance(sys.stdout, io.TextIOBase) and sys.stdout is not sys.__stdout__:
+        raise InvariantBroken("stdout left replaced")
+    text = err.getvalue()
+    if "Traceback" in text or text.count("\n") > 1:
+        raise InvariantBroken(f"exit {code}: {text[-300:]}")
+    if error is None and code not in (0, 1):  # 1: estimate's findings (an OOM or at-risk verdict)
+        raise InvariantBroken(f"exit {code} on a working stdout: {text[-300:]}")
+    if error is not None and code not in (1, 2):
+        raise InvariantBroken(f"exit {code} on a failing stdout")
+    return f"exit {code}"
+
+
 _MODEL_DICTS = _yaml_dicts("models")
 _HARDWARE_DICTS = _yaml_dicts("hardware")
 _PLAN: dict[str, Any] = {}
@@ -503,6 +812,11 @@ SURFACES: dict[str, tuple[st.SearchStrategy[Any], Callable[[Any], str | None]]] 
     "check-configs": (check_configs(), attempt_check_config),
     "plan-json": (plan_documents(), attempt_plan_document),
     "logs": (log_texts(), attempt_log),
+    "hostile-text": (yaml_texts(), attempt_yaml_text),
+    "special-files": (special_files(), attempt_special_file),
+    "pipeline-layouts": (pipeline_layouts(), attempt_pipeline_layout),
+    "calibrations": (calibrations(), attempt_calibration),
+    "output-streams": (output_streams(), attempt_output_stream),
 }
 
 
@@ -510,6 +824,15 @@ def _one_sentence(exc: LcmoeError) -> None:
     text = str(exc)
     if "\n" in text or not text.strip() or len(text) > 2000:
         raise InvariantBroken(f"error is not one sentence: {text[:300]!r}")
+
+
+def _short(value: object) -> str:
+    """A failing input for the report: its repr cut to 300 characters (inputs can be megabytes)."""
+    try:
+        text = repr(value) if not isinstance(value, str) or len(value) < 10_000 else repr(value[:300])
+    except ValueError:  # an int past the 4300-digit repr limit
+        text = f"<{type(value).__name__}>"
+    return text[:300]
 
 
 def run_surface(name: str, max_examples: int, seed_value: int = 0) -> SurfaceReport:
@@ -529,9 +852,13 @@ def run_surface(name: str, max_examples: int, seed_value: int = 0) -> SurfaceRep
     @given(strategy)
     def body(value: Any) -> None:
         report.cases += 1
+        start = time.perf_counter()
         try:
             with time_limit(CASE_SECONDS):
                 label = attempt(value)
+            peak = peak_rss_bytes()
+            if peak > CASE_RSS_BYTES:
+                raise InvariantBroken(f"peak RSS {peak / 1024**2:.0f} MiB > {CASE_RSS_BYTES / 1024**2:.0f} MiB")
             report.results += 1
             report.outcomes[label or "result"] += 1
         except LcmoeError as exc:
@@ -540,9 +867,12 @@ def run_surface(name: str, max_examples: int, seed_value: int = 0) -> SurfaceRep
             try:
                 _one_sentence(exc)
             except InvariantBroken as broken:
-                report.failures.append(f"{broken} ← {value!r:.300}")
+                report.failures.append(f"{broken} ← {_short(value)}")
         except Exception as exc:  # every other exception is a failure
-            report.failures.append(f"{type(exc).__name__}: {str(exc)[:200]} ← {value!r:.300}")
+            report.failures.append(f"{type(exc).__name__}: {str(exc)[:200]} ← {_short(value)}")
+        finally:
+            report.slowest_seconds = max(report.slowest_seconds, time.perf_counter() - start)
+            report.peak_rss_bytes = peak_rss_bytes()
 
     body()
     return report
