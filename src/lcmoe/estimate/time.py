@@ -5,13 +5,16 @@ Per pipeline stage and microbatch (one GPU's share; the microbatch's work is spr
 the tp·cp GPUs of its stage, and expert work over the same GPUs by symmetry of the EP fold):
 
     compute  = Σ_layers  FLOPs_kind / (peak_precision · efficiency_kind)
-               kinds: dense GEMM, grouped expert GEMM (efficiency rising with tokens per local
-               expert), flash attention (rising with the per-rank chunk length), Gated DeltaNet
+               kinds: dense GEMM (× 1 + m½/M for M token rows, + a measured fixed time per
+               GEMM kernel: GemmShapeCost, from XLA's GEMM grids), grouped expert GEMM
+               (efficiency rising with tokens per local expert), flash attention (rising with
+               the per-rank chunk length), Gated DeltaNet
     elementwise = k · stored-activation bytes / HBM bandwidth   (norms, activations, permutes)
     recompute   = forward cost of every recomputed module again
     comm     = exposed TP (SP all-gather/reduce-scatter), CP (ring p2p hidden behind the
                attention of each ring step, or a2a), EP dispatch/combine (NVLink inside the
-               NVLink domain, the NIC outside it; part hidden with EP overlap), PP send/recv
+               NVLink domain, the NIC outside it; with EP overlap only the SMs its kernels take
+               from the compute beside it: ep_exposed_seconds), PP send/recv
                (hidden behind the next chunk's compute when VPP > 1)
     overhead = host/launch time per layer and per local expert (mostly removed by CUDA graphs)
                where it is exposed:
@@ -70,7 +73,7 @@ class TimeCoefficients:
     """Efficiencies in (0, 1] and a few rates; fitted per hardware family by fit_time.py.
 
     Fixed values come from kernels-and-links.md (measured ceilings): grouped GEMM and attention
-    half-saturation points, link efficiencies, dispatcher efficiencies, EP-overlap share."""
+    half-saturation points, link efficiencies, dispatcher efficiencies."""
 
     gemm_efficiency_bf16: float = 0.70
     gemm_efficiency_fp8: float = 0.55
@@ -101,9 +104,6 @@ class TimeCoefficients:
     cp_ring_hidden: float = 0.75
     moe_permute_passes: float = 8.0
     grouped_gemm_half_size: float = 0.0
-    # Share of EP dispatch/combine the 1F1B a2a-overlap schedule (overlap_moe_expert_parallel_comm)
-    # hides behind the other microbatch's compute; the prior is a partial hide, the fit decides.
-    ep_overlap_hidden: float = 0.4
     # Mamba-2 chunked-scan throughput on mamba_scan_flops_per_layer's count, an absolute rate
     # shared by every GPU: the SSD kernels (Triton, fp32 state math) scale with neither tensor-core
     # peak nor HBM — the Nemotron-3 rows leave about the same absolute per-token time unexplained
@@ -133,8 +133,9 @@ class TimeCoefficients:
     # Sustained tensor-core clock of a GPU relative to its family's reference GPU (B200, H100),
     # beyond the datasheet peaks: the power limit decides how much of the peak a GPU holds under
     # load (B200 1000 W, B300 1100 W, GB200 1200 W, GB300 1400 W; kernels-and-links.md §2a
-    # measures GB200 FP8 MAMF at 72% of its peak vs B200's 76%). Scales every compute rate;
-    # fitted per GPU by fit_time.py; a GPU not listed runs at 1.
+    # measures GB200 FP8 MAMF at 72% of its peak vs B200's 76%). Scales every compute rate; set
+    # from the measured MAMF ratios where there are some (fit_time.py MEASURED_CLOCKS: GB200, B300),
+    # fitted where not (GB300); a GPU not listed runs at 1.
     gpu_clock: dict[str, float] = field(default_factory=dict)
     fit: dict[str, object] = field(default_factory=dict)
 
@@ -162,7 +163,6 @@ COEFFICIENT_BOUNDS: dict[str, tuple[float, float]] = {
     "nvlink_efficiency": (0.1, 1.0),
     "scaleout_efficiency": (0.1, 1.0),
     "cp_ring_hidden": (0.0, 1.0),
-    "ep_overlap_hidden": (0.0, 1.0),
     # Token permutation passes over HBM per MoE layer (fwd + bwd): permute + unpermute, read +
     # write = 8 at least (Megatron moe_utils.permute/unpermute); router, sort and probability
     # scaling add more.
@@ -380,6 +380,47 @@ def mamba_scan_flops_per_layer(model: ModelSpec) -> float:
 
 
 # ----- rates -------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class GemmShapeCost:
+    """How a GEMM's time departs from FLOPs / (peak · efficiency) with its shape, measured:
+    t = 2·M·N·K · (1 + m_half / M) / (peak · e) + fixed_seconds. ``fixed_seconds`` is the cost of
+    one GEMM kernel that does not scale with its FLOPs (launch, prologue, last-wave tail);
+    ``m_half`` the row count at which a narrow-M GEMM runs at half its rate."""
+
+    m_half: float
+    fixed_seconds: float
+
+
+# Fitted offline (least squares on log rate, not on any training row) to XLA's profiled GEMM grids,
+# M ∈ 256…4096, N, K ∈ 1024…4096, batch 1 (kernel-rates-by-shape.md §1a sm_90 BF16, §1b sm_100
+# BF16 / FP8-e4m3; tensorflow/tensorflow matmul_interpolator_data.h @372d578b, @a305421c): rms error
+# 6.4% / 6.9% / 5.3% of the rate. The fixed time comes out the same on both families (6.4–6.8 µs
+# per GEMM), so at twice the peak the same small GEMM loses twice the share on Blackwell: its
+# small-GEMM penalty (§1b read-offs: 1024×1024×2048 at 21% of BF16 peak vs 35% on H100). Checks
+# outside the fitted grid: H100 square 8192³ predicted 857 vs 798 measured (zzc0721 #79); B200
+# 16384×6144×4096 BF16 1545 vs 1513 (vLLM PR #19566). Hopper FP8 and the Blackwell block-scaled
+# FP8/FP4 kinds have no public grid: they take their family's nearest measured dtype.
+GEMM_SHAPE_COSTS: dict[tuple[str, str], GemmShapeCost] = {
+    ("hopper", "bf16"): GemmShapeCost(m_half=90.9, fixed_seconds=6.82e-6),
+    ("blackwell", "bf16"): GemmShapeCost(m_half=54.4, fixed_seconds=6.41e-6),
+    ("blackwell", "fp8"): GemmShapeCost(m_half=13.9, fixed_seconds=6.47e-6),
+}
+
+
+def gemm_shape_cost(architecture: str, tensor_core: str) -> GemmShapeCost:
+    """The measured shape cost for a family and tensor-core kind (FP8-class kinds use the
+    family's FP8 grid where there is one, else its BF16 grid; families other than Blackwell use
+    Hopper's)."""
+    family = "blackwell" if architecture == "blackwell" else "hopper"
+    kind = "bf16" if tensor_core == "bf16" else "fp8"
+    return GEMM_SHAPE_COSTS.get((family, kind)) or GEMM_SHAPE_COSTS[(family, "bf16")]
+
+
+def narrow_m_factor(rows: float, cost: GemmShapeCost) -> float:
+    """1 + m_half / M: the extra time of a GEMM with only M rows (tokens) against a wide one."""
+    return 1.0 + cost.m_half / max(rows, 1.0)
+
+
 def grouped_gemm_saturation(tokens_per_expert: float, c: TimeCoefficients, expert_gemm_size: float = 0.0) -> float:
     """n / (n + n½) · s / (s + s½): grouped GEMM efficiency falls when each local expert sees few
     tokens, and when each expert's GEMM (s = hidden · expert FFN / ETP) is small
@@ -501,6 +542,9 @@ class LayerAmounts:
     mamba_scan_flops: float = 0.0
     kind: AttentionKind = AttentionKind.GQA
     has_mlp: bool = True
+    # Dense GEMM kernels of the layer per microbatch, every pass (dense_gemm_kernels); each pays
+    # GemmShapeCost.fixed_seconds.
+    dense_gemm_kernels: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -538,6 +582,9 @@ class RunAmounts:
     dp_span: int
     nvlink_domain: int
     tokens_per_expert: float
+    # Rows (tokens) of the dense GEMMs of one microbatch on a GPU: s·b/cp (sequence parallelism
+    # gathers the TP group's tokens before each GEMM).
+    dense_gemm_rows: float
     expert_gemm_size: float
     local_experts: float
     attention_chunk: float
@@ -556,6 +603,7 @@ class RunAmounts:
     # GEMM passes per layer: forward, data gradient, weight gradient; a frozen (LoRA) base skips
     # the weight gradient (its adapters' GEMMs are counted apart, all three passes).
     gemm_passes: int = 3
+    architecture: str = "hopper"
 
 
 def model_flops_per_token(model: ModelSpec, options: TrainingOptions, tp: int) -> float:
@@ -586,6 +634,29 @@ def adapter_flops_per_token(model: ModelSpec, layer: int, options: TrainingOptio
         else:
             dense += flops
     return dense, expert
+
+
+def dense_gemm_kernels(model: ModelSpec, layer: int, passes: int) -> float:
+    """Dense GEMM kernels one layer launches per microbatch: its linear layers × ``passes``
+    (forward, data gradient, weight gradient). Mixer: GQA/SWA QKV + output (2); MLA the q down/up
+    (or one q projection), kv down/up and output (4–5), plus a DSA indexer layer's q and k (2);
+    Gated DeltaNet and Mamba in_proj + out_proj (2). MLP: fc1 + fc2 (2); a MoE layer its router
+    gate (1), shared expert (2) and LatentMoE's two projections (2). (Megatron's layer specs:
+    gpt_layer_specs.py, multi_latent_attention.py, gated_delta_net/gdn.py, mamba_mixer.py,
+    moe_layer.py.)"""
+    kind = attention_kind(model, layer)
+    mixer = 0
+    if kind is AttentionKind.MLA:
+        mixer = 5 if model.q_lora_rank else 4
+        mixer += 2 if model.is_dsa and model.has_dsa_indexer(layer) else 0
+    elif kind is not AttentionKind.NONE:
+        mixer = 2
+    mlp = 0
+    if model.is_moe_layer(layer):
+        mlp = 1 + 2 * (model.shared_ffn > 0) + 2 * bool(model.moe_latent_size)
+    elif model.has_mlp(layer):
+        mlp = 2
+    return float((mixer + mlp) * passes)
 
 
 def _layer_amounts(run: RunConfig, layer: int, no_recompute: TrainingOptions) -> LayerAmounts:
@@ -651,6 +722,7 @@ def _layer_amounts(run: RunConfig, layer: int, no_recompute: TrainingOptions) ->
         mamba_scan_flops=f.mamba_scan * tokens,
         kind=kind,
         has_mlp=model.has_mlp(layer),
+        dense_gemm_kernels=dense_gemm_kernels(model, layer, gemm_passes(options)),
     )
 
 
@@ -734,6 +806,7 @@ def time_amounts(run: RunConfig, staged: StagedLayout | None = None) -> RunAmoun
         dp_span=layout.world_size // layout.pp,
         nvlink_domain=hardware.nvlink_domain_size,
         tokens_per_expert=shape.tokens / shape.sp * model.moe_router_topk * layout.etp / local_experts,
+        dense_gemm_rows=options.seq_len * layout.mbs / layout.cp,
         expert_gemm_size=model.expert_width * model.expert_ffn / layout.etp if model.is_moe else 0.0,
         local_experts=local_experts if model.is_moe else 0.0,
         attention_chunk=options.seq_len / layout.cp / (2 if layout.cp > 1 else 1),
@@ -750,6 +823,7 @@ def time_amounts(run: RunConfig, staged: StagedLayout | None = None) -> RunAmoun
         tokens_per_step=tokens,
         world_size=layout.world_size,
         gemm_passes=gemm_passes(options),
+        architecture=hardware.architecture,
     )
 
 
@@ -821,10 +895,35 @@ def _grouped_peak(a: RunAmounts, c: TimeCoefficients) -> float:
     return a.gemm_peak
 
 
+# Share of the GPU's SMs a dispatcher's communication kernels hold while they run beside compute:
+# DeepEP's default Buffer.num_sms = 20 (deep_ep/buffer.py) of H100's 132; HybridEP at the perf
+# recipes' moe_hybridep_num_sms = 32 (perf_recipes.csv) of B200's 148; NCCL all-to-all on its
+# default 16 channels (one SM each; NCCL_MIN/MAX_NCHANNELS) of 132.
+DISPATCH_SM_SHARE = {"deepep": 20 / 132, "hybridep": 32 / 148, "alltoall": 16 / 132, "allgather": 16 / 132}
+
+
+def ep_exposed_seconds(ep_seconds: float, *, overlap: bool, dispatcher: str = "alltoall") -> float:
+    """EP dispatch + combine time a layer adds: all of it without overlap; with
+    ``overlap_moe_expert_parallel_comm`` only the compute it slows, σ · t_ep. Megatron's a2a-overlap
+    schedule runs the forward of one microbatch beside the backward of another, layer by layer,
+    with each one's dispatch/combine on its own stream under the other's attention and expert
+    GEMMs (megatron/core/pipeline_parallel/combined_1f1b.py; Megatron-Core MoE README "EP A2A
+    overlap"; DeepSeek-V3's DualPipe, arXiv 2412.19437 §3.2.1), so the transfer itself is hidden;
+    while it runs, the compute loses the SMs the dispatch kernels hold (σ = DISPATCH_SM_SHARE).
+    Replaces a fitted hidden share that sat at its bound (0.99999): the published overlap runs
+    show no exposed transfer. A variant exposing max(0, t_ep − t_compute) as well fitted worse
+    (in-sample MAPE 6.0% vs 5.35%; Qwen3-235B LOMO 14.9%)."""
+    if not overlap:
+        return ep_seconds
+    return DISPATCH_SM_SHARE.get(dispatcher, DISPATCH_SM_SHARE["alltoall"]) * ep_seconds
+
+
 def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients) -> StageTime:
     """Forward + backward of one microbatch on one GPU of ``stage`` (see the module docstring)."""
     clock = c.gpu_clock.get(a.gpu, 1.0)
     gemm = a.gemm_peak * clock * _gemm_efficiency(a.tensor_core, c)
+    shape = gemm_shape_cost(a.architecture, a.tensor_core)
+    dense_narrow = narrow_m_factor(a.dense_gemm_rows, shape)
     saturation = grouped_gemm_saturation(a.tokens_per_expert, c, a.expert_gemm_size)
     expert_rate = _grouped_peak(a, c) * clock * c.grouped_gemm_efficiency * saturation
     attention_rate = a.bf16_peak * clock * c.attention_efficiency * attention_saturation(a.attention_chunk, c)
@@ -835,7 +934,7 @@ def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients) -> Stage
         ("dense", "expert", "attention", "elementwise", "recompute", "tp", "cp", "ep", "ovh", "permute"), 0.0
     )
     for g, count in zip(stage.groups, stage.counts, strict=True):
-        dense = (g.dense_flops + g.linear_flops) / gemm
+        dense = (g.dense_flops + g.linear_flops) * dense_narrow / gemm + g.dense_gemm_kernels * shape.fixed_seconds
         experts = g.expert_flops / expert_rate * a.moe_imbalance if g.expert_flops else 0.0
         attention = g.attention_flops / attention_rate
         scan = g.mamba_scan_flops / c.mamba_scan_flops_per_second
@@ -854,8 +953,7 @@ def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients) -> Stage
             ep = g.ep_bytes * a.ep_local_share / (a.nvlink_bandwidth * ep_eff)
             network_eff = min(c.ep_network_efficiency * _DISPATCHER_RELATIVE.get(a.dispatcher, 0.75), 1.0)
             ep += g.ep_bytes * a.ep_remote_share / (a.scaleout_bandwidth * network_eff)
-            if a.ep_overlap:
-                ep *= 1.0 - c.ep_overlap_hidden
+            ep = ep_exposed_seconds(ep, overlap=a.ep_overlap, dispatcher=a.dispatcher)
         permute = c.moe_permute_passes * g.moe_token_bytes / a.hbm_bandwidth
         recompute = recompute_seconds(a, g, gemm, dense, experts, attention, elementwise, ep + permute, scan=scan)
         host = layer_host_seconds(a.cuda_graph_scope, g.is_moe, c, a.local_experts, kind=g.kind, has_mlp=g.has_mlp)
