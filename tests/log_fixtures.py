@@ -93,3 +93,134 @@ def steady_iterations(count: int, step_ms: float, *, jitter: float = 0.01, seed:
 
 def with_rank_prefix(lines: Iterable[str], rank: int) -> list[str]:
     return [f"[rank{rank}]: {line}" for line in lines]
+
+
+# ----- failures users reported (issue #35 item 7; diagnose/failures.py) ---------------------------
+# Each fixture is the report's own log text (the issue or pull request named in its docstring), put
+# behind the launcher prefixes lcmoe reads. Where a report shows only part of a line, the rest is
+# the format of the library that prints it (named there).
+
+
+def watchdog_timeout_line(rank: int, seq: int, op_type: str) -> str:
+    """PyTorch ProcessGroupNCCL's watchdog line, as quoted in NVIDIA/nccl#1610."""
+    return (
+        f"[rank{rank}]:[E218 04:54:22.864467604 ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog caught collective "
+        f"operation timeout: WorkNCCL(SeqNum={seq}, OpType={op_type}, NumelIn=1379328, NumelOut=1572864, "
+        "Timeout(ms)=600000) ran for 600045 milliseconds before timing out."
+    )
+
+
+def deepep_dispatch_cpu_timeout() -> list[str]:
+    """NVIDIA-NeMo/Megatron-Bridge#1335 (DeepSeek-V3, 1024 × H100) for the traceback and
+    NVIDIA-NeMo/Megatron-Bridge#5067 (Kimi-K2, 256 × B200/B300) for DeepEP's counters."""
+    return [
+        "Global rank: 6, num_recv_tokens: -1, num_rdma_recv_tokens: -1",
+        *(f"moe_recv_expert_counter[{i}]: -1" for i in range(4)),
+        '[rank428]:   File "/opt/venv/lib/python3.12/site-packages/deep_ep/buffer.py", line 376, in dispatch',
+        "[rank428]:     return self.internode_dispatch(x, handle, num_tokens_per_rank, num_tokens_per_rdma_rank, "
+        "is_token_in_rank, num_tokens_per_expert,",
+        '[rank428]:   File "/opt/venv/lib/python3.12/site-packages/deep_ep/buffer.py", line 581, in internode_dispatch',
+        "[rank428]:     recv_src_meta, send_rdma_head, send_nvl_head, event = self.runtime.internode_dispatch(",
+        "[rank428]: RuntimeError: DeepEP error: timeout (dispatch CPU)",
+        "[rank429]: RuntimeError: DeepEP error: timeout (dispatch CPU)",
+    ]
+
+
+def deepep_internode_kernel_timeout() -> list[str]:
+    """deepseek-ai/DeepEP#137 (two H20 nodes on RoCE) and #158: the kernels' printf lines."""
+    return [
+        "DeepEP dispatch NVL receiver timeout, channel: 3, RDMA: 1, nvl: 6, src RDMA: 0, src nvl: 3, start: 0, end: 0",
+        "DeepEP dispatch NVL receiver timeout, channel: 4, RDMA: 1, nvl: 4, src RDMA: 0, src nvl: 6, start: 0, end: 0",
+        "DeepEP dispatch forwarder timeout (RDMA meta), channel: 4, RDMA: 1, nvl: 4, src RDMA lane: 0, dst NVL: 5, "
+        "meta: 0, 0, 0, 0",
+        "DeepEP dispatch forwarder timeout (RDMA meta), channel: 8, RDMA: 1, nvl: 7, src RDMA lane: 0, dst NVL: 2, "
+        "meta: 0, 0, 0, 0",
+    ]
+
+
+def deepep_replaced_on_gb200() -> list[str]:
+    """NVIDIA-NeMo/Megatron-Bridge#5992: the rank-0 warning Bridge prints on GB200 (message from
+    flex_dispatcher_backend.py:64-66, in Python logging's default format) before training goes on."""
+    return [
+        "WARNING:megatron.bridge.training.flex_dispatcher_backend:DeepEP is only applicable to Ampere, Hopper, and "
+        "Blackwell (B200/B300) GPUs. Current GPU: NVIDIA GB200. Falling back to alltoall.",
+    ]
+
+
+def hybridep_not_installed() -> list[str]:
+    """NVIDIA-NeMo/Megatron-Bridge#3867: HybridEP selected, the package missing from the container;
+    the message is Megatron-Core's (token_dispatcher.py:1057)."""
+    return [
+        '[rank0]:   File "/opt/megatron-lm/megatron/core/transformer/moe/token_dispatcher.py", line 1056, in __init__',
+        "[rank0]:     raise ImportError(",
+        "[rank0]: ImportError: HybridEP is not installed. Please install HybridEP package from "
+        "https://github.com/deepseek-ai/DeepEP/tree/hybrid-ep.",
+    ]
+
+
+def cuda_graph_attn_nan() -> list[str]:
+    """NVIDIA/Megatron-LM#5966 (Qwen3-235B, --cuda-graph-scope attn): the rerun state machine's
+    error after the grad norm blew up."""
+    return [
+        "ERROR:megatron.core.rerun_state_machine: found NaN in local grad norm for bucket #0 in backward pass "
+        "before data-parallel communication collective",
+    ]
+
+
+def cuda_graph_moe_hang() -> list[str]:
+    """NVIDIA-NeMo/Megatron-Bridge#3517 (Qwen3-235B, 256 × GB200, TE-scoped graphs attn,moe_router,
+    moe_preprocess): no iteration completes after capture; the NCCL watchdog then fires on the EP
+    all-to-all."""
+    return [
+        "Start CUDA Graphs capture...",
+        watchdog_timeout_line(0, 216, "ALLTOALL_BASE"),
+        watchdog_timeout_line(1, 216, "ALLTOALL_BASE"),
+    ]
+
+
+def cuda_graph_capture_dynamic() -> list[str]:
+    """NVIDIA/Megatron-LM#1598: the MoE token dispatcher's ``tensor.cpu()`` inside a captured scope;
+    the error text is PyTorch's (pytorch/pytorch#87794)."""
+    return [
+        '[rank0]:   File "/opt/megatron-lm/megatron/core/transformer/moe/token_dispatcher.py", in preprocess',
+        "[rank0]: RuntimeError: CUDA error: operation not permitted when stream is capturing",
+    ]
+
+
+def a2a_overlap_deadlock() -> list[str]:
+    """NVIDIA/Megatron-LM#1810: with --overlap-moe-expert-parallel-comm, ranks enqueue the EP
+    all-to-alls in different orders and hang early in training; the watchdog then fires."""
+    return [
+        watchdog_timeout_line(13, 216, "ALLTOALL_BASE"),
+        "[rank13]:[E218 04:54:22.864535778 ProcessGroupNCCL.cpp:1795] [PG ID 11 PG GUID 119 Rank 1] Exception "
+        "(either an error or timeout) detected by watchdog at work: 216, last enqueued NCCL work: 220, last "
+        "completed NCCL work: 215.",
+    ]
+
+
+def cp_divisibility_failures() -> dict[str, list[str]]:
+    """One failing log per CP / THD / SP divisibility error, keyed by pattern id: Bridge's start-up
+    assertion (config.py:1576), NVIDIA-NeMo/RL#2110 (TP and PP with packing: the SP scatter),
+    Transformer Engine's CP attention (context_parallel.py:1571), NVIDIA-NeMo/Megatron-Bridge#1964
+    (CP 32 with packed sequences: get_batch_on_this_cp_rank views cu_seqlens as [64, 0])."""
+    return {
+        "cp-seq-not-divisible": [
+            "[rank0]: AssertionError: Sequence length must be divisible by 2 * context parallel size if context "
+            "parallel is used.",
+        ],
+        "sp-first-dim-not-divisible": [
+            '  File "megatron/core/tensor_parallel/mappings.py", line 518, in '
+            "reduce_scatter_to_sequence_parallel_region",
+            '  File "megatron/core/tensor_parallel/mappings.py", line 365, in forward',
+            "    return _reduce_scatter_along_first_dim(",
+            "AssertionError: First dimension of the tensor should be divisible by tensor parallel size",
+        ],
+        "te-cp-seq-per-gpu-odd": [
+            "[rank3]: AssertionError: Sequence length per GPU needs to be divisible by 2!",
+        ],
+        "thd-cp-reshape": [
+            '[rank5]:   File "/opt/megatron-lm/megatron/core/utils.py", line 1861, in get_batch_on_this_cp_rank',
+            "[rank5]:     val = val.view(",
+            "[rank5]: RuntimeError: shape '[1, 64, 0]' is invalid for input of size 5",
+        ],
+    }

@@ -2,7 +2,8 @@
 node is ready, and the cluster's measured speed.
 
 Exit codes: diagnose 0 nothing wrong, 1 findings (OOM, slower than predicted, communication
-failure, regression), 2 bad input; preflight 0 / 1 / 2 by the worst check (pass / warn / fail);
+failure, a known failure from diagnose/failures.py, regression),
+2 bad input; preflight 0 / 1 / 2 by the worst check (pass / warn / fail);
 calibrate 0 written, 2 bad input."""
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def resolve_log_run(
 
         if gpus is None:
             raise LcmoeError("--gpus", None, "is needed with --config", "e.g. --gpus 256")
-        _, run = parse_run(
+        _, run, _unknown = parse_run(  # unknown keys are check's to report
             read_input(str(config)), model=model, gpu=hardware.name, gpus=gpus, seq_len=seq_len, hardware=hardware
         )
         return run, f"config {config}{assumed}"
@@ -106,6 +107,10 @@ def diagnose(
         {"library": c.library, "line": c.line_number, "text": c.text, "fix": _COMM_FIXES[c.library]}
         for c in summary.comm_failures
     ]
+    known = _known_failures(summary, run)
+    if known:
+        result["failures"] = known
+        findings = True
     if run is not None:
         from lcmoe.estimate.memory import estimate_memory
 
@@ -157,6 +162,16 @@ def diagnose(
     raise typer.Exit(code)
 
 
+def _known_failures(summary: LogSummary, run: RunConfig | None) -> list[dict[str, object]]:
+    """The log's known failures that apply to this run: settings from the log's argument dump,
+    else from the run diagnose was given."""
+    from lcmoe.diagnose.failures import resolve, settings_from_arguments, settings_from_run
+
+    settings = settings_from_run(run) if run is not None else {}
+    settings.update(settings_from_arguments(summary.arguments))
+    return [finding.as_dict() for finding in resolve(summary.failures, settings)]
+
+
 def _verdict(result: dict[str, Any]) -> str:
     parts = []
     oom = result.get("oom")
@@ -165,6 +180,9 @@ def _verdict(result: dict[str, Any]) -> str:
         parts.append("OOM" + (f"; fix: {best['change']}" if best else ""))
     if "speed" in result:
         parts.append(result["speed"]["verdict"])
+    if result.get("failures"):
+        classes = dict.fromkeys(f"{f['class']} [{f['rule']}]" for f in result["failures"])
+        parts.append("known failure: " + ", ".join(classes))
     if result["comm_failures"]:
         parts.append(f"{len(result['comm_failures'])} communication failures")
     return "; ".join(parts) or "nothing wrong found"
@@ -278,6 +296,22 @@ def _render_diagnosis(result: dict[str, Any]) -> None:
                 f"  try [{knob['rule']}] {knob['change']}: {100 * knob['throughput_change']:+.1f}% tokens/s ({fits})",
                 highlight=False,
             )
+    for known in result.get("failures", []):
+        times = f", {known['count']} times" if known["count"] > 1 else ""
+        rank = f" rank {known['rank']}" if known["rank"] is not None else ""
+        maybe = (
+            ""
+            if known["confirmed"]
+            else f" (unconfirmed: the log does not say whether {', '.join(known['requires'])}; pass --config or --plan)"
+        )
+        where = f"line {known['line']}{rank}{times}"
+        stdout.print(
+            f"[red]{known['class']}[/] [{known['rule']}] {known['pattern']}{maybe} — {where}: {known['text']}",
+            highlight=False,
+        )
+        stdout.print(f"  why: {known['explanation']}", highlight=False)
+        stdout.print(f"  fix: {known['fix']}", highlight=False)
+        stdout.print(f"  source: {', '.join(known['sources'])}", highlight=False)
     for failure in result["comm_failures"][:5]:
         stdout.print(f"[red]{failure['library']}[/] line {failure['line']}: {failure['text']}", highlight=False)
         stdout.print(f"  fix: {failure['fix']}", highlight=False)

@@ -19,7 +19,10 @@ Line formats (megatron-bridge-facts.md §7, with the Bridge/Megatron-LM sources 
   of which X MiB is free. … this process has X GiB memory in use. Of the allocated memory X GiB is
   allocated by PyTorch, and X MiB is reserved by PyTorch but unallocated.``;
 - communication-library failures (NCCL errors, DeepEP / HybridEP buffer or assertion failures),
-  which surface as other RuntimeErrors.
+  which surface as other RuntimeErrors;
+- the failures users report (DeepEP timeouts, a dispatcher replaced, CUDA-graph and A2A-overlap
+  hangs, CP divisibility): the table in ``diagnose/failures.py``, matched by the same linear-time
+  means (substring tests, then one anchored match), each with its explanation, fix, rule and source.
 
 Logs can be gigabytes, with ranks interleaved and lines cut. The reader streams bytes, caps a
 line at ``MAX_LINE_BYTES`` (the rest of an over-long line is skipped), decodes with replacement,
@@ -40,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, cast
 
+from lcmoe.diagnose.failures import FailureCollector, Finding
 from lcmoe.errors import LcmoeError
 from lcmoe.safe_io import check_regular_file, os_reason
 
@@ -229,6 +233,9 @@ class LogSummary:
     ooms: tuple[OomEvent, ...]
     comm_failures: tuple[CommFailure, ...]
     config_summary_seen: bool
+    failures: tuple[Finding, ...] = ()
+    """Known failures (diagnose/failures.py) before the run's settings resolve them: first line and
+    count per pattern. ``failures.resolve`` picks the ones that apply."""
 
     @property
     def found(self) -> list[str]:
@@ -241,6 +248,7 @@ class LogSummary:
             "argument dump": bool(self.arguments),
             "CUDA OOM": bool(self.ooms),
             "communication failures": bool(self.comm_failures),
+            "known failures": bool(self.failures),
         }
         return [name for name, present in kinds.items() if present]
 
@@ -314,6 +322,7 @@ class _Builder:
     in_arguments: bool = False
     ooms: list[OomEvent] = field(default_factory=list)
     comm: list[CommFailure] = field(default_factory=list)
+    known: FailureCollector = field(default_factory=FailureCollector)
     config_summary: bool = False
 
     def feed(self, raw: str) -> None:
@@ -345,6 +354,8 @@ class _Builder:
             self.arguments.clear()
         elif "Configuration Summary" in line:
             self.config_summary = True
+        if self.known.feed(self.lines, rank, line):
+            return  # a known failure without conditions explains the line better than its library
         if (
             len(self.comm) < MAX_EVENTS
             and ("NCCL" in line or "nccl" in line or "EP" in line or "_ep" in line)
@@ -486,6 +497,7 @@ class _Builder:
             ooms=tuple(self.ooms),
             comm_failures=tuple(self.comm),
             config_summary_seen=self.config_summary,
+            failures=self.known.findings(),
         )
 
 

@@ -168,6 +168,18 @@ PLANNER_ONLY = {
 }
 RULE_IDS = frozenset({rule.id for rule in RULES} | set(PLANNER_ONLY))
 
+# Rules that `diagnose` and `check --intended` cite for failures users report on Megatron-LM,
+# Megatron Bridge and DeepEP (the table with each one's sources: diagnose/failures.py). They do not
+# come from the long-context guide, so they stay out of RULE_IDS.
+FAILURE_RULES: dict[str, str] = {
+    "DG-DEEPEP-TIMEOUT": "DeepEP dispatch or combine timed out (CPU side, intranode or internode kernels)",
+    "DG-DISPATCHER-FALLBACK": "the requested flex dispatcher (deepep, hybridep) was replaced or is unavailable",
+    "DG-CUDA-GRAPH-SCOPE": "CUDA-graph hangs and NaNs in the MoE path, by graph scope",
+    "DG-A2A-OVERLAP": "A2A-overlap (overlap_moe_expert_parallel_comm) deadlock",
+    "DG-CP-DIVISIBLE": "sequence length not divisible for CP, THD packing or sequence parallelism at run time",
+    "DG-OVERRIDE-RESET": "an intended override that the resolved config Bridge saved does not hold",
+}
+
 
 def advise(run: RunConfig) -> list[Advice]:
     """Every LC-* rule whose condition holds for ``run``, with its numbers filled in."""
