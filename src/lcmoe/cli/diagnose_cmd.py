@@ -94,6 +94,8 @@ def diagnose(
     """Read a training log: OOM cause and remediation ladder, measured vs predicted speed, or a regression."""
     from lcmoe.diagnose.logs import read_log
 
+    if not 0.0 <= margin < 0.9:  # also refuses NaN
+        raise LcmoeError("--margin", margin, "must be a fraction in [0, 0.9)", "e.g. 0.05")
     summary = read_log(log)
     if baseline is not None:
         _regression(read_log(baseline), summary, json_output, quiet)
