@@ -224,3 +224,43 @@ def cp_divisibility_failures() -> dict[str, list[str]]:
             "[rank5]: RuntimeError: shape '[1, 64, 0]' is invalid for input of size 5",
         ],
     }
+
+
+def saved_bridge_config(*, dispatcher: str, backend: str | None, shared_expert_overlap: bool) -> str:
+    """An excerpt of the resolved config Bridge saves at start-up (``logger.save_config_filepath``:
+    ``cfg.to_yaml``, Bridge training/setup.py:800), with enums and dtypes as Megatron's YAML
+    representers write them (megatron/training/config/yaml_utils.py) and Megatron-Core 0.19's
+    ``cuda_graph_modules`` for ``cuda_graph_scope``."""
+    return f"""model:
+  _target_: megatron.bridge.models.qwen.qwen_provider.Qwen3MoEModelProvider
+  tensor_model_parallel_size: 1
+  pipeline_model_parallel_size: 1
+  virtual_pipeline_model_parallel_size: null
+  expert_model_parallel_size: 8
+  expert_tensor_parallel_size: 1
+  context_parallel_size: 2
+  sequence_parallel: false
+  seq_length: 16384
+  moe_token_dispatcher_type: {dispatcher}
+  moe_flex_dispatcher_backend: {backend or "null"}
+  moe_shared_expert_overlap: {str(shared_expert_overlap).lower()}
+  cuda_graph_impl: transformer_engine
+  cuda_graph_modules:
+  - _target_: megatron.core.transformer.enums.CudaGraphScope
+    _call_: true
+    _args_:
+    - 1
+    _name_: attn
+  params_dtype:
+    _target_: torch.bfloat16
+    _call_: false
+train:
+  micro_batch_size: 1
+  global_batch_size: 64
+optimizer:
+  lr: 0.0003
+comm_overlap:
+  overlap_moe_expert_parallel_comm: false
+logger:
+  save_config_filepath: /results/config.yaml
+"""

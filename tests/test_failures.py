@@ -234,3 +234,96 @@ def test_a_reshape_error_elsewhere_is_not_a_cp_error() -> None:
     ):
         assert not parse_log_lines(lines).failures
     assert match_line("RuntimeError: shape '[1, 64, 0]' is invalid for input of size 5")[0][1] == ("5",)
+
+
+# ----- check --intended: an override the recipe silently re-set ----------------------------------
+INTENDED = """# what the launcher was given
+model.moe_token_dispatcher_type=flex
+model.moe_flex_dispatcher_backend=deepep
+model.expert_model_parallel_size=8
+model.cuda_graph_scope=[attn]
+model.params_dtype=bf16
+train.global_batch_size=64
+optimizer.lr=3e-4
+model.moe_shared_expert_overlap=false
+model.moe_router_dtpye=fp32
+"""
+
+
+def _check(tmp_path: Path, saved: str, intended: str, *extra: str) -> tuple[int, str, dict[str, Any]]:
+    (tmp_path / "saved.yaml").write_text(saved, encoding="utf-8")
+    (tmp_path / "intended.txt").write_text(intended, encoding="utf-8")
+    args = ("check", str(tmp_path / "saved.yaml"), "-m", "qwen3-30b-a3b", "-n", "16", *extra)
+    code, out, err = run_cli(*args, "--intended", str(tmp_path / "intended.txt"))
+    code_json, out_json, _ = run_cli(*args, "--intended", str(tmp_path / "intended.txt"), "--json")
+    assert code_json == code, err
+    return code, out, json.loads(out_json)
+
+
+def test_check_reports_the_dispatcher_bridge_replaced_on_gb200(tmp_path: Path) -> None:
+    """NVIDIA-NeMo/Megatron-Bridge#5992: flex/deepep asked for, alltoall saved."""
+    saved = lf.saved_bridge_config(dispatcher="alltoall", backend=None, shared_expert_overlap=False)
+    code, out, doc = _check(tmp_path, saved, INTENDED, "-g", "gb200")
+    assert code == 1
+    by_key = {o["key"]: o for o in doc["intended"]}
+    # Equal values in other spellings are not reported: the enum list under its 0.19 name, a dtype,
+    # an exponent, a bool.
+    assert set(by_key) == {
+        "model.moe_token_dispatcher_type",
+        "model.moe_flex_dispatcher_backend",
+        "model.moe_router_dtpye",
+    }
+    reset = by_key["model.moe_token_dispatcher_type"]
+    assert (reset["status"], reset["intended"], reset["saved"], reset["rule"]) == (
+        "reset",
+        "flex",
+        "alltoall",
+        "DG-OVERRIDE-RESET",
+    )
+    assert "https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/5992" in reset["sources"]
+    assert by_key["model.moe_router_dtpye"]["status"] == "missing"
+    line = next(x for x in out.splitlines() if "model.moe_token_dispatcher_type" in x)
+    assert "[DG-OVERRIDE-RESET]" in line and "intended flex, saved alltoall" in line and "issues/5992" in line
+
+
+def test_check_reports_the_shared_expert_overlap_flex_turns_off(tmp_path: Path) -> None:
+    """Bridge's apply_flex_dispatcher_backend sets moe_shared_expert_overlap=False (line 85)."""
+    saved = lf.saved_bridge_config(dispatcher="flex", backend="deepep", shared_expert_overlap=False)
+    intended = "model.moe_token_dispatcher_type=flex\nmodel.moe_flex_dispatcher_backend=deepep\n"
+    b200 = ("-g", "b200")  # DeepEP is applied there (and the layout fits: check's own exit code is 0 or 1)
+    code, _, doc = _check(tmp_path, saved, intended + "model.moe_shared_expert_overlap=true\n", *b200)
+    assert code == 1
+    [reset] = doc["intended"]
+    assert reset["key"] == "model.moe_shared_expert_overlap" and reset["saved"] is False
+    assert any(s.endswith("flex_dispatcher_backend.py:85") for s in reset["sources"])
+    code, _, doc = _check(tmp_path, saved, intended, *b200)
+    plain, _, _ = run_cli("check", str(tmp_path / "saved.yaml"), "-m", "qwen3-30b-a3b", "-n", "16", *b200)
+    assert doc["intended"] == [] and code == plain  # nothing lost: the exit code is check's own
+
+
+def test_intended_needs_the_saved_yaml(tmp_path: Path) -> None:
+    (tmp_path / "args.txt").write_text("--tensor-model-parallel-size 1 --seq-length 4096", encoding="utf-8")
+    (tmp_path / "intended.txt").write_text("model.seq_length=4096\n", encoding="utf-8")
+    args = ("check", str(tmp_path / "args.txt"), "-m", "qwen3-30b-a3b", "-n", "16")
+    code, _, err = run_cli(*args, "--intended", str(tmp_path / "intended.txt"))
+    assert code == 2 and "--intended" in err and "saved Bridge YAML" in err
+
+
+@pytest.mark.parametrize(
+    "intended,saved,same",
+    [
+        ("3e-4", 0.0003, True),
+        (8, 8.0, True),
+        ("1.0001", 2.0001, False),
+        ("bf16", {"_target_": "torch.bfloat16", "_call_": False}, True),
+        ("attn", {"_target_": "m.CudaGraphScope", "_call_": True, "_args_": [1], "_name_": "attn"}, True),
+        (["moe_router", "attn"], ["attn", "moe_router"], True),
+        ([[1, 2], [3]], [[3], [1, 2]], False),
+        (None, "null", True),
+        (True, False, False),
+    ],
+)
+def test_override_values_compare_by_meaning(intended: Any, saved: Any, same: bool) -> None:
+    from lcmoe.diagnose.overrides import same_value
+
+    assert same_value(intended, saved) is same

@@ -131,6 +131,12 @@ def check(
     hardware_file: Path = ro.HW_FILE,
     hw: list[str] = ro.HW_SET,
     calibration: Path = ro.CALIBRATION,
+    intended: Path | None = typer.Option(
+        None,
+        "--intended",
+        help="KEY=VALUE overrides you meant to run with; FILE is the YAML Bridge saved at start-up "
+        "(logger.save_config_filepath): report each override it does not hold [DG-OVERRIDE-RESET]",
+    ),
     json_output: bool = JSON,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="one verdict line"),
 ) -> None:
@@ -155,8 +161,9 @@ def check(
         hardware = planned_hardware
     else:
         hardware = resolve_hardware(gpu_name, hardware_file=hardware_file, overrides=hw)
+    text = read_input(source)
     fmt, run, unknown = parse_run(
-        read_input(source),
+        text,
         model=spec_model,
         gpu=gpu_name,
         gpus=world,
@@ -169,13 +176,15 @@ def check(
     )
     advice = [a.as_dict() for a in advise(run)] if run else []
     result: dict[str, Any] = {"format": fmt, "errors": errors, "advice": advice}
+    if intended is not None:
+        result["intended"] = _intended_overrides(intended, text, fmt)
     if not errors and run is not None:
         result.update(estimate_run(run, ro.time_coefficients(calibration, run.hardware)))
     warnings = [a for a in advice if a["severity"] in ("warn", "error")]
     # A predicted OOM is an error: the run would not start (exit 2 gates a CI job; 1 is warnings only).
     if errors or not result["memory"]["fits"]:
         code = EXIT_BAD_INPUT
-    elif warnings:
+    elif warnings or result.get("intended"):
         code = EXIT_FINDINGS
     else:
         code = EXIT_OK
@@ -185,10 +194,30 @@ def check(
     elif quiet:
         memory = result.get("memory", {})
         fits = "" if errors else ("OOM" if not memory["fits"] else "fits, at risk" if memory["oom_risk"] else "fits")
-        stdout.print(f"{len(errors)} errors, {len(warnings)} warnings {fits}".strip(), highlight=False)
+        lost = f", {len(result['intended'])} intended overrides not held" if result.get("intended") else ""
+        stdout.print(f"{len(errors)} errors, {len(warnings)} warnings {fits}".strip() + lost, highlight=False)
     else:
         _render(result)
     raise typer.Exit(code)
+
+
+def _intended_overrides(path: Path, saved_text: str, fmt: str) -> list[dict[str, object]]:
+    """``--intended``: each override in ``path`` that the saved resolved config does not hold."""
+    from lcmoe.catalog import read_yaml_text
+    from lcmoe.config_io.bridge import parse_override_lines
+    from lcmoe.diagnose.overrides import check_intended
+    from lcmoe.safe_io import read_text_capped
+
+    if fmt != "yaml":
+        raise LcmoeError(
+            "--intended",
+            str(path),
+            f"needs FILE to be a saved Bridge YAML, not {fmt}",
+            "pass logger.save_config_filepath",
+        )
+    wanted = parse_override_lines(read_text_capped(path, field="--intended", max_bytes=MAX_INPUT_BYTES))
+    saved = read_yaml_text(saved_text, origin="saved config")
+    return [c.as_dict() for c in check_intended(wanted, saved)]
 
 
 def _render(result: dict[str, Any]) -> None:
@@ -202,3 +231,10 @@ def _render(result: dict[str, Any]) -> None:
     for a in result["advice"]:
         color = {"warn": "yellow", "error": "red"}.get(a["severity"], "cyan")
         stdout.print(f"[{color}]{a['severity']}[/] [{a['rule']}] {a['text']}", highlight=False)
+    for o in result.get("intended", []):
+        held = f", saved {o['saved']}" if o["status"] == "reset" else ""
+        stdout.print(
+            f"[yellow]override {o['status']}[/] [{o['rule']}] {o['key']}: intended {o['intended']}{held} — "
+            f"{o['why']} ({', '.join(o['sources'])})",
+            highlight=False,
+        )
