@@ -396,6 +396,7 @@ class TokenShape:
     seq_len: int
     mbs: int
     cp: int
+    cp_comm_type: str = "p2p"
 
 
 def token_shape(layout: ParallelLayout, options: TrainingOptions) -> TokenShape:
@@ -410,6 +411,7 @@ def token_shape(layout: ParallelLayout, options: TrainingOptions) -> TokenShape:
         seq_len=options.seq_len,
         mbs=layout.mbs,
         cp=layout.cp,
+        cp_comm_type=layout.cp_comm_type,
     )
 
 
@@ -547,16 +549,75 @@ def dsa_attention_activation_bytes(
     return stored + dropout_mask_bytes(shape, h, options.hidden_dropout)
 
 
+# Chunk length of flash-linear-attention's chunked gated delta rule (``chunk_size=64``, the BT
+# of its kernels; fla/ops/gated_delta_rule/chunk.py).
+GDN_CHUNK = 64
+
+
 def gdn_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions) -> float:
-    """Gated DeltaNet block: norm; in_proj output 2·T·(2qk + 2vd + 2nv)/tp; conv output
-    2·T·(2qk + vd)/tp; recurrent output, gated-norm input and output 3·2·T·vd/tp; dropout mask."""
+    """Gated DeltaNet block, what autograd keeps per microbatch (T local tokens; qk = Hk·dk,
+    vd = Hv·dv, nv = Hv value heads, every width over tp).
+
+    Under CP, Megatron turns the in_proj output from sequence- to head-parallel with one
+    all-to-all (megatron-core 0.19.2 ssm/gated_delta_net/gdn.py:134-166, ``tensor_a2a_cp2hp``):
+    each rank then holds the whole sequence S = T·cp for Hv/(tp·cp) heads, the same element
+    count as T tokens of Hv/tp heads, and turns the output back with ``tensor_a2a_hp2cp``
+    before out_proj (common.py:332-367, 734). So every term below is T-proportional, whatever cp.
+
+    - the norm fused into in_proj (``norm_bytes``);
+    - the (all-to-all'd) in_proj output 2·T·(2qk + 2vd + 2nv)/tp: FLA's ``causal_conv1d``
+      saves its input x, a view of that buffer, so the whole buffer stays alive
+      (fla/modules/conv/triton/ops.py:392 ``save_for_backward(x, weight, …)``, called with
+      ``no_guard_contiguous=["x"]``); the conv output itself is not saved;
+    - the L2-normalised q, k and their FP32 norms, 2·T·2qk/tp + 4·T·2Hk/tp (fla l2norm.py:266
+      ``save_for_backward(y, rstd)``);
+    - what the chunk kernel saves (fla/ops/gated_delta_rule/chunk.py:310
+      ``save_for_backward(q, q_rstd, k, k_rstd, v, g, beta_raw, beta, A, …)``): q and k
+      repeated to the Hv value heads 2·T·2·Hv·dk/tp (gdn.py ``repeat_interleave``), v
+      2·T·vd/tp, the FP32 cumulative gate 4·T·Hv/tp, beta 2·T·Hv/tp and the inverted
+      intra-chunk matrix A, BF16 [T, Hv, 64], 2·T·Hv·64/tp (chunk_fwd.py
+      ``solve_tril(..., output_dtype=k.dtype)``); the gate's input alpha 2·T·Hv/tp (the fused
+      softplus saves it);
+    - the gated output norm: its input (the kernel output) and its output, kept for the product
+      with silu(z), and the z gate, 3·2·T·vd/tp (common.py ``_apply_gated_norm``);
+    - out_proj's input a·T·vd/tp; dropout mask.
+
+    The chunk states h of [B, S/64, H, dk, dv] are not saved: the backward recomputes them
+    (``gdn_chunk_backward_bytes``). Uncertain: ``_prepare_input_for_gated_delta_rule``,
+    ``_compute_g_and_beta`` and ``_apply_gated_norm`` run under ``jit_fuser`` (torch.compile),
+    whose partitioner may save a different but similar-sized set than eager autograd does."""
     h = model.hidden_size
-    qk = model.linear_num_key_heads * model.linear_key_head_dim
-    nv = model.linear_num_value_heads
-    vd = nv * model.linear_value_head_dim
+    hk, hv = model.linear_num_key_heads, model.linear_num_value_heads
+    dk, dv = model.linear_key_head_dim, model.linear_value_head_dim
+    qk, vd = hk * dk, hv * dv
+    t, tp = shape.tokens, shape.tp
     stored = norm_bytes(shape, h, options, standalone=False)
-    stored += BF16 * shape.tokens * ((2 * qk + 2 * vd + 2 * nv) + (2 * qk + vd) + 3 * vd) / shape.tp
+    stored += BF16 * t * (2 * qk + 2 * vd + 2 * hv) / tp  # in_proj output (conv input view)
+    stored += BF16 * t * 2 * qk / tp + FP32 * t * 2 * hk / tp  # l2-normalised q, k and rstd
+    stored += BF16 * t * (2 * hv * dk + vd) / tp  # q, k repeated to Hv heads; v
+    stored += (FP32 + 2 * BF16) * t * hv / tp + BF16 * t * hv * GDN_CHUNK / tp  # g, beta, alpha; A
+    stored += 3 * BF16 * t * vd / tp  # gated norm input and output, z gate
+    stored += shape.stored_gemm_input * t * vd / tp  # out_proj input
     return stored + dropout_mask_bytes(shape, h, options.hidden_dropout)
+
+
+def gdn_chunk_backward_bytes(model: ModelSpec, shape: TokenShape) -> float:
+    """Live only while one Gated DeltaNet layer runs its backward: FLA's
+    ``chunk_gated_delta_rule_bwd`` (fla/ops/gated_delta_rule/chunk.py:126-250, commit bc3b101)
+    recomputes the WY factors w, u and the chunk states h, then allocates dh, v_new, dv, dq, dk,
+    dw, dk2, dv, db, dg, dg2, all alive until it returns. With T tokens of Hv/tp value heads per
+    rank (the whole sequence of Hv/(tp·cp) heads under CP, the same count):
+
+        T·Hv/tp · [2·(5·dk + 4·dv) + 2·2·dk·dv/64 + 2·4 + 2]
+
+    (w, dq, dk, dw, dk2: dk wide; u, v_new, dv, dv: dv wide; h and dh in BF16 per 64-token chunk,
+    chunk_delta_h.py ``k.new_empty(B, NT, HV, K, V)``; the FP32 gate grads; db). Qwen3-Next
+    (Hv 32, dk = dv = 128) at T = 4096: 437 MB. The forward's transients (w, u, h, v_new) are
+    a subset. Uncertain to the few tensors FLA versions add or fuse away."""
+    hv = model.linear_num_value_heads
+    dk, dv = model.linear_key_head_dim, model.linear_value_head_dim
+    per_head_token = BF16 * (5 * dk + 4 * dv) + 2 * BF16 * dk * dv / GDN_CHUNK + 2 * FP32 + BF16
+    return shape.tokens * hv / shape.tp * per_head_token
 
 
 def mamba_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions) -> float:
@@ -879,6 +940,98 @@ def dsa_kernel_scratch_bytes(model: ModelSpec, shape: TokenShape) -> float:
     return min(FP32 * pairs, DSA_SCORE_CHUNK_BYTES) + min(2 * 4 * pairs, DSA_TOPK_SCRATCH_BYTES)
 
 
+# FlashMLA's sparse kernels run 64 query heads at least (dsa_cudnn_kernels.py
+# ``_flash_mla_head_padding``: fewer local heads are zero-padded to 64 on Hopper).
+FLASH_MLA_MIN_HEADS = 64
+
+
+def dsa_sparse_backward_bytes(model: ModelSpec, shape: TokenShape) -> float:
+    """Live only while one DSA layer's sparse attention runs its backward (every DSA layer,
+    index-sharing ones too): megatron-core 0.19.2 experimental_attention_variant/
+    dsa_cudnn_kernels.py ``FusedSparseAttentionFunc.backward`` → ``_run_sparse_attention_backward``
+    (:1996-2097), the cuDNN path Bridge's GLM-5.2 recipes select (``dsa_kernel_backend="cudnn"``).
+    It appends a zero row to the absorbed query, the latent output, its gradient, the LSE and
+    the top-k indices (``torch.cat``, :2070-2075), gathers the rows that have keys
+    (``index_select(...).contiguous()``, :2077-2089), runs the kernel, which returns dq and the
+    gradient of the gathered latent keys, and scatters dq into a zeroed full-size tensor
+    (:2091). With T local queries, n' = max(n/tp, 64) heads as the kernel pads them, d_q = rkv + dr,
+    d_v = rkv, k top-k and S = T·cp all-gathered keys:
+
+        2·(2·T·n'·(d_q + 2·d_v) + 4·T·n' + 4·T·k)    two copies of q, out, dO, LSE, indices
+      + 2·2·T·n'·d_q                                  dq and its scattered copy
+      + 4·S·d_q                                       dkv over every gathered key
+
+    GLM-5.2 at 200K over CP 32 (T = 6250, 64 heads): 3.8 GiB. Uncertain: the dtype of the
+    kernel's dkv (taken as FP32 accumulation) and whether cuDNN allocates its own workspace."""
+    if not model.is_dsa:
+        return 0.0
+    t, keys = shape.tokens, shape.tokens * shape.cp
+    heads = max(model.num_attention_heads / shape.tp, FLASH_MLA_MIN_HEADS)
+    d_q = model.kv_lora_rank + model.qk_pos_emb_head_dim
+    d_v = model.kv_lora_rank
+    copies = 2 * (BF16 * t * heads * (d_q + 2 * d_v) + FP32 * t * heads + 4 * t * model.dsa_indexer_topk)
+    return copies + 2 * BF16 * t * heads * d_q + FP32 * keys * d_q
+
+
+def cp_p2p_attention_forward_bytes(model: ModelSpec, layer: int, shape: TokenShape) -> float:
+    """Live only while one softmax-attention layer (GQA, sliding window, plain MLA) runs its
+    forward under ring (``p2p``) context parallelism: Transformer Engine's
+    ``AttnFuncWithCPAndKVP2P.forward`` allocates a new K/V receive buffer at every one of the cp
+    steps (``p2p_comm_buffers[i + 1] = torch.empty_like(p2p_comm_buffers[i])``) and keeps every
+    step's output and LSE (``out_per_step``, ``softmax_lse_per_step``) for the output correction
+    after the loop; none is released before the function returns
+    (TransformerEngine@d0067d0 transformer_engine/pytorch/attention/dot_product_attention/
+    context_parallel.py:1672-1717, 1979-2087). On the last CP rank of the causal load-balanced
+    split every step computes all T local query rows, so with S = T·cp, n = heads/tp,
+    n_kv = K/V heads/tp (MLA: n), dk, dv the K and V head widths:
+
+        2·S·n_kv·(dk + dv) + 2·S·n·dv + 4·S·n + 4·T·n·dv
+
+    (K/V ring buffers, per-step outputs and LSEs, the FP32 corrected output). The backward keeps
+    two ping-pong K/V(+dK/dV) buffers only, so this is a forward moment. ``a2a`` CP trades
+    heads for sequence (T·cp tokens of n/cp heads) and DSA all-gathers latent keys instead
+    (``dsa_sparse_backward_bytes``), so neither has it; ``a2a+p2p`` is not modelled (lcmoe does
+    not know the a2a group size). Not applied to the estimate (``stage_mixer_transients``):
+    the DeepSeek-V3 long-context layouts NVIDIA ran at CP 16-64 would then be predicted out of
+    memory by 5-15%, so either this or another term of those estimates is off, and no measured
+    long-context peak tells which."""
+    kind = attention_kind(model, layer)
+    if shape.cp <= 1 or shape.cp_comm_type != "p2p" or not kind.is_softmax_attention or model.is_dsa:
+        return 0.0
+    n = model.num_attention_heads / shape.tp
+    if kind is AttentionKind.MLA:
+        n_kv, dk, dv = n, model.qk_head_dim + model.qk_pos_emb_head_dim, model.v_head_dim
+    else:
+        n_kv, dk, dv = model.query_groups / shape.tp, model.head_dim, model.head_dim
+    t, s = shape.tokens, shape.tokens * shape.cp
+    return BF16 * s * n_kv * (dk + dv) + BF16 * s * n * dv + FP32 * s * n + FP32 * t * n * dv
+
+
+def stage_mixer_transients(
+    model: ModelSpec, stage: PipelineStage, shape: TokenShape, options: TrainingOptions
+) -> tuple[float, float]:
+    """(forward, backward) working sets of the stage's sequence mixers beyond their stored
+    tensors, the largest over the stage's layer kinds: the DSA indexer's score and top-k
+    scratch (``dsa_kernel_scratch_bytes``, in the forward, replayed in the backward under
+    recompute), the DSA sparse-attention backward (``dsa_sparse_backward_bytes``) and the
+    Gated DeltaNet chunk backward (``gdn_chunk_backward_bytes``). The TE ring-CP forward
+    (``cp_p2p_attention_forward_bytes``) is left out until a measurement settles it."""
+    del options
+    firsts = [first for first, count in stage.layer_groups if count]
+    if stage.mtp_layers:
+        firsts.append(model.mtp_layer)
+    forward = backward = 0.0
+    for layer in firsts:
+        kind = attention_kind(model, layer)
+        if kind is AttentionKind.MLA and model.is_dsa:
+            if model.has_dsa_indexer(layer):
+                forward = max(forward, dsa_kernel_scratch_bytes(model, shape))
+            backward = max(backward, dsa_sparse_backward_bytes(model, shape))
+        elif kind is AttentionKind.GDN:
+            backward = max(backward, gdn_chunk_backward_bytes(model, shape))
+    return forward, backward
+
+
 def te_workspace_bytes(model: ModelSpec, options: TrainingOptions, architecture: str) -> float:
     """cuBLAS(Lt) workspaces Transformer Engine allocates through PyTorch: one of 32 MiB on
     Hopper and later (4 MiB before), plus four more for the multi-stream grouped GEMM of MoE
@@ -1100,9 +1253,10 @@ def stage_memory(
         logits = c.logits_scale * logits_loss_bytes(model, shape, options, 1 + stage.mtp_layers)
     moe_layers = stage_holds(model, stage, model.is_moe_layer)
     dispatch = c.moe_dispatch_scale * moe_dispatch_transient_bytes(model, shape, options) if moe_layers else 0.0
-    indexer_layers = model.is_dsa and stage_holds(model, stage, model.has_dsa_indexer)
-    scratch = dsa_kernel_scratch_bytes(model, shape) if indexer_layers else 0.0
-    transient = c.transient_layer_scale * largest_layer + dispatch + scratch
+    # A mixer's kernel scratch (forward, replayed under recompute) and its backward working set
+    # come one after the other inside the layer's backward: the larger of the two counts.
+    forward_scratch, backward_scratch = stage_mixer_transients(model, stage, shape, options)
+    transient = c.transient_layer_scale * largest_layer + dispatch + max(forward_scratch, backward_scratch)
     workspace = c.workspace_bytes + te_workspace_bytes(model, options, architecture)
 
     # DDP/optimizer buffers are padded and bucketed; the fitted fraction covers that bookkeeping.
