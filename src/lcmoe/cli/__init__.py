@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
 import typer
@@ -21,24 +22,72 @@ from lcmoe.cli.plan_cmd import plan, report, sweep
 
 EXIT_INTERRUPTED = 130
 
+# One worked example per command, shown at the end of its --help ("\b": click keeps the lines as written).
+EXAMPLES = {
+    "models": "lcmoe models --json",
+    "hardware": "lcmoe hardware -q",
+    "flops": "lcmoe flops -m deepseek-v3 -s 4k",
+    "estimate": "lcmoe estimate -m qwen3-30b-a3b -n 16 -s 16k --ep 8 --recompute moe_act\n"
+    "  lcmoe estimate --from-plan plan.json --rank 2",
+    "plan": "lcmoe plan -m qwen3-30b-a3b -g h100 -n 16 -s 16k --top 3",
+    "sweep": "lcmoe sweep -m qwen3-30b-a3b -n 16 --seq-lens 4k,16k,64k",
+    "report": "lcmoe report -m qwen3-30b-a3b -n 16 -s 16k --out report.html",
+    "check": "lcmoe check args.txt -m qwen3-30b-a3b -n 16 -s 16k",
+    "diagnose": "lcmoe diagnose train.log --config args.txt -m qwen3-30b-a3b -n 16",
+    "preflight": "lcmoe preflight --plan plans/qwen3/plan.json",
+    "calibrate": "lcmoe calibrate run1.log run2.log --plan plan.json --out cluster.yaml",
+}
+COMMANDS: dict[str, Callable[..., None]] = {
+    "models": models,
+    "hardware": hardware,
+    "flops": flops,
+    "estimate": estimate,
+    "plan": plan,
+    "sweep": sweep,
+    "report": report,
+    "check": check,
+    "diagnose": diagnose,
+    "preflight": preflight,
+    "calibrate": calibrate,
+}
+
 app = typer.Typer(
     name="lcmoe",
-    help="Plan, check and debug long-context MoE training on Megatron Bridge / Megatron-Core.",
+    help="Plan, check and debug long-context MoE training on Megatron Bridge / Megatron-Core.\n\n"
+    "Exit codes: 0 ok; 1 findings (no plan fits, a check warns); 2 bad input or usage.",
+    epilog="\b\nExample:\n  lcmoe plan -m qwen3-30b-a3b -n 16 -s 16k\n  lcmoe COMMAND --help",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
+    # Plain click help: Rich's option panel cuts long option names (--optimizer-of…) at 80 columns.
+    rich_markup_mode=None,
 )
-app.command("models")(models)
-app.command("hardware")(hardware)
-app.command("flops")(flops)
-app.command("estimate")(estimate)
-app.command("plan")(plan)
-app.command("sweep")(sweep)
-app.command("report")(report)
-app.command("check")(check)
-app.command("diagnose")(diagnose)
-app.command("preflight")(preflight)
-app.command("calibrate")(calibrate)
+for _name, _command in COMMANDS.items():
+    app.command(_name, epilog=f"\b\nExample:\n  {EXAMPLES[_name]}")(_command)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from lcmoe import __version__
+
+        typer.echo(f"lcmoe {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="print lcmoe's version and exit"
+    ),
+    debug: bool = typer.Option(
+        False,
+        "--debug",
+        help="on an error, show the full traceback instead of one sentence (also after a command, "
+        "or env LCMOE_DEBUG=1)",
+    ),
+) -> None:
+    """Plan, check and debug long-context MoE training on Megatron Bridge / Megatron-Core."""
+    # --debug is read by main() before the command line reaches typer; declared here for --help.
 
 
 def _tolerant_streams() -> None:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -18,12 +20,28 @@ from lcmoe.errors import LcmoeError
 from lcmoe.specs.hardware import HardwareSpec
 from lcmoe.specs.model import ModelSpec
 
-# Off a terminal (pipes, CI logs) rich would assume 80 columns and wrap every table.
-stdout = Console(soft_wrap=True, width=None if sys.stdout is not None and sys.stdout.isatty() else 200)
+# Off a terminal (pipes, CI logs) rich would assume 80 columns and wrap every table: 200 unless
+# COLUMNS says otherwise (``COLUMNS=80 lcmoe plan … | less`` gets the narrow layout).
+PIPED_WIDTH = 200
+SCHEMA_VERSION = "2"
+
+
+def output_width(environ: Mapping[str, str] | None = None, *, is_tty: bool | None = None) -> int | None:
+    """The width of stdout's console: COLUMNS when set to a positive whole number; otherwise the
+    terminal's own (None: rich asks it) or PIPED_WIDTH off a terminal."""
+    columns = (os.environ if environ is None else environ).get("COLUMNS", "").strip()
+    if columns.isdigit() and len(columns) <= 5 and int(columns) > 0:
+        return int(columns)
+    if is_tty is None:
+        is_tty = sys.stdout is not None and sys.stdout.isatty()
+    return None if is_tty else PIPED_WIDTH
+
+
+stdout = Console(soft_wrap=True, width=output_width())
 stderr = Console(stderr=True, soft_wrap=True)
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
-JSON = typer.Option(False, "--json", help="print JSON (schema: docs/json-schema.md)")
+JSON = typer.Option(False, "--json", help="print JSON (docs/json-schema.md; JSON Schema in docs/schema/)")
 QUIET = typer.Option(False, "--quiet", "-q", help="one short line for scripts")
 
 
@@ -54,6 +72,10 @@ def _finite(value: Any) -> Any:
 
 
 def print_json(payload: Any) -> None:
+    """One strict-JSON document on stdout; a mapping starts with ``schema_version`` (the version
+    of the documents' shapes, docs/schema/; lcmoe_version is the program's)."""
+    if isinstance(payload, dict):
+        payload = {"schema_version": SCHEMA_VERSION, **{k: v for k, v in payload.items() if k != "schema_version"}}
     text = json.dumps(_finite(payload), indent=2, default=_json_default, allow_nan=False)
     typer.echo(text)
 

@@ -29,45 +29,70 @@ RESERVED_ONLY_COMPONENTS = ("fragmentation", "cuda_context", "nccl_buffers", "di
 COMPONENT_ORDER = ALLOCATED_COMPONENTS + RESERVED_ONLY_COMPONENTS
 
 
+MODEL = typer.Option(None, "--model", "-m", help="catalog model, lcmoe YAML or HF config.json (or --from-plan)")
+GPUS = typer.Option(None, "--gpus", "-n", help="total GPUs (or --from-plan)", callback=ro.check_gpus)
+SEQ = typer.Option(None, "--seq-len", "-s", help="tokens per sequence: 4096, 32k, 128K (or --from-plan)")
+FROM_PLAN = typer.Option(
+    None,
+    "--from-plan",
+    help="plan.json (from lcmoe plan --json or --emit, or its directory): estimate that plan's exact settings",
+)
+PLAN_RANK = typer.Option(1, "--rank", min=1, help="with --from-plan: which plan, 1 = the best (the # column)")
+# With --from-plan the plan fixes the run; these may still be given.
+FROM_PLAN_EXTRAS = frozenset({"from_plan", "rank", "calibration", "json_output", "quiet"})
+
+
 def estimate(
-    model: str = ro.MODEL,
+    ctx: typer.Context,
+    model: str | None = MODEL,
     gpu: str = ro.GPU,
-    gpus: int = ro.GPUS,
-    seq_len: str = ro.SEQ,
-    tp: int = typer.Option(1, "--tp", min=1),
-    cp: int = typer.Option(1, "--cp", min=1),
-    ep: int = typer.Option(1, "--ep", min=1),
-    etp: int = typer.Option(1, "--etp", min=1),
-    pp: int = typer.Option(1, "--pp", min=1),
-    vpp: int = typer.Option(1, "--vpp", min=1),
-    mbs: int = typer.Option(1, "--mbs", min=1),
-    gbs: int = typer.Option(None, "--gbs", min=1, help="default GA = 4·PP (8 without PP)"),
-    recompute: str = typer.Option(
-        "none", "--recompute", help="none | full[:uniform|block[:N]] | modules, e.g. mla_up_proj,layernorm,moe_act"
-    ),
-    precision: str = typer.Option("bf16", "--precision", help="bf16 | fp8-tensorwise | fp8-blockwise | mxfp8 | nvfp4"),
+    gpus: int | None = GPUS,
+    seq_len: str | None = SEQ,
+    tp: int = typer.Option(1, "--tp", min=1, help="tensor parallel size"),
+    cp: int = typer.Option(1, "--cp", min=1, help="context parallel size"),
+    ep: int = typer.Option(1, "--ep", min=1, help="expert parallel size"),
+    etp: int = typer.Option(1, "--etp", min=1, help="expert tensor parallel size"),
+    pp: int = typer.Option(1, "--pp", min=1, help="pipeline parallel size"),
+    vpp: int = typer.Option(1, "--vpp", min=1, help="virtual pipeline stages per rank"),
+    mbs: int = typer.Option(1, "--mbs", min=1, help="micro-batch size"),
+    gbs: int = typer.Option(None, "--gbs", min=1, help="global batch (default GA = 4·PP, 8 without PP)"),
+    recompute: str = ro.RECOMPUTE,
+    precision: str = ro.PRECISION,
     optimizer_offload: float = typer.Option(
         0.0, "--optimizer-offload", min=0.0, max=1.0, help="fraction of optimizer state on the host"
     ),
-    dispatcher: str = typer.Option("alltoall", "--dispatcher", help="alltoall | allgather | deepep | hybridep"),
-    cuda_graph: str = typer.Option("none", "--cuda-graph", help="none | scopes, e.g. attn,moe_router,moe_preprocess"),
-    cp_comm_type: str | None = typer.Option(
-        None, "--cp-comm-type", help="p2p | a2a | a2a+p2p | all_gather (default p2p; all_gather for DSA models)"
+    dispatcher: str = ro.DISPATCHER,
+    cuda_graph: str = ro.CUDA_GRAPH,
+    ep_overlap: bool = typer.Option(
+        False,
+        "--ep-overlap/--no-ep-overlap",
+        help="overlap the EP all-to-all with compute (overlap_moe_expert_parallel_comm)",
     ),
+    cp_comm_type: str | None = ro.CP_COMM_TYPE,
     pipeline_layout: str = typer.Option(
         None,
         "--pipeline-layout",
-        help="Megatron layout string, e.g. Et*3|t*4|…|mL (default: the model's Bridge recipe layout "
+        help="Megatron layout string, e.g. Et*3|t*4|t*4|mL (default: the model's Bridge recipe layout "
         "for this PP×VPP, else a balanced one)",
     ),
-    sequence_parallel: bool = typer.Option(None, "--sequence-parallel/--no-sequence-parallel"),
+    sequence_parallel: bool = typer.Option(
+        None, "--sequence-parallel/--no-sequence-parallel", help="default: on when TP > 1"
+    ),
     precision_aware_optimizer: bool = typer.Option(
-        False, "--precision-aware-optimizer", help="BF16 main grads and Adam moments"
+        False, "--precision-aware-optimizer", help="BF16 Adam moments (and BF16 main grads unless --main-grads-dtype)"
+    ),
+    main_grads_dtype: str = typer.Option(
+        None,
+        "--main-grads-dtype",
+        help="bf16 | fp32: the gradient buffer (default bf16 with --precision-aware-optimizer, else fp32)",
+        autocompletion=ro.complete_one(("bf16", "fp32")),
     ),
     moe_imbalance: float = typer.Option(
         1.0, "--moe-imbalance", min=1.0, help="tokens on the busiest expert rank / mean"
     ),
-    expandable_segments: bool = typer.Option(True, "--expandable-segments/--no-expandable-segments"),
+    expandable_segments: bool = typer.Option(
+        True, "--expandable-segments/--no-expandable-segments", help="PyTorch allocator expandable segments"
+    ),
     fp8_params: bool = typer.Option(
         None,
         "--fp8-params/--no-fp8-params",
@@ -82,43 +107,63 @@ def estimate(
     scaleout_gbps: float = ro.SCALEOUT,
     gpus_per_node: int = ro.PER_NODE,
     calibration: Path = ro.CALIBRATION,
+    from_plan: Path = FROM_PLAN,
+    rank: int = PLAN_RANK,
     json_output: bool = JSON,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="verdict line only"),
 ) -> None:
     """Predict per-GPU memory (every pipeline stage, by component) and the step time of one layout."""
+    from lcmoe.errors import LcmoeError
     from lcmoe.estimate.report import estimate_run
 
-    run = ro.build_run(
-        model=model,
-        gpu=gpu,
-        gpus=gpus,
-        seq_len=seq_len,
-        tp=tp,
-        cp=cp,
-        ep=ep,
-        etp=etp,
-        pp=pp,
-        vpp=vpp,
-        mbs=mbs,
-        gbs=gbs,
-        recompute=recompute,
-        precision=precision,
-        optimizer_offload=optimizer_offload,
-        dispatcher=dispatcher,
-        cuda_graph=cuda_graph,
-        cp_comm_type=cp_comm_type,
-        pipeline_layout=pipeline_layout,
-        sequence_parallel=sequence_parallel,
-        precision_aware_optimizer=precision_aware_optimizer,
-        moe_imbalance=moe_imbalance,
-        expandable_segments=expandable_segments,
-        fp8_params=fp8_params,
-        hardware_file=hardware_file,
-        hw=hw,
-        scaleout_gbps=scaleout_gbps,
-        gpus_per_node=gpus_per_node,
-        peft=ro.peft_options(peft, lora_rank, lora_targets, lora_input_regather),
-    )
+    given = [name for name in ctx.params if _given(ctx, name)]
+    if from_plan is not None:
+        extra = [name for name in given if name not in FROM_PLAN_EXTRAS]
+        if extra:
+            flag = _flag_name(ctx, extra[0])
+            why = "cannot be combined with --from-plan (the plan fixes the run)"
+            raise LcmoeError(flag, ctx.params[extra[0]], why, f"drop {flag}")
+        run = _run_from_plan(from_plan, rank)
+    else:
+        if "rank" in given:
+            raise LcmoeError("--rank", rank, "picks a plan of --from-plan", "add --from-plan plan.json")
+        missing = [flag for flag, value in (("--model", model), ("--gpus", gpus), ("--seq-len", seq_len)) if not value]
+        if missing:
+            abort(f"{' '.join(missing)}: required, or pass --from-plan plan.json; e.g. {_EXAMPLE}")
+        if main_grads_dtype not in (None, "bf16", "fp32"):
+            raise LcmoeError("--main-grads-dtype", main_grads_dtype, "must be bf16 or fp32", "e.g. bf16")
+        run = ro.build_run(
+            model=str(model),
+            gpu=gpu,
+            gpus=int(gpus or 0),
+            seq_len=str(seq_len),
+            tp=tp,
+            cp=cp,
+            ep=ep,
+            etp=etp,
+            pp=pp,
+            vpp=vpp,
+            mbs=mbs,
+            gbs=gbs,
+            recompute=recompute,
+            precision=precision,
+            optimizer_offload=optimizer_offload,
+            dispatcher=dispatcher,
+            cuda_graph=cuda_graph,
+            cp_comm_type=cp_comm_type,
+            pipeline_layout=pipeline_layout,
+            sequence_parallel=sequence_parallel,
+            precision_aware_optimizer=precision_aware_optimizer,
+            moe_imbalance=moe_imbalance,
+            expandable_segments=expandable_segments,
+            fp8_params=fp8_params,
+            hardware_file=hardware_file,
+            hw=hw,
+            scaleout_gbps=scaleout_gbps,
+            gpus_per_node=gpus_per_node,
+            peft=ro.peft_options(peft, lora_rank, lora_targets, lora_input_regather),
+        )
+        run = _with_knobs(run, ep_overlap=ep_overlap, main_grads_dtype=main_grads_dtype)
     from lcmoe.rules.legality import violations
 
     broken = violations(run)
@@ -127,12 +172,70 @@ def estimate(
         more = f" (+{len(broken) - 1} more; `lcmoe check` lists all)" if len(broken) > 1 else ""
         abort(f"[{first.rule}] {first.message}; fix: {first.fix} ({first.source}){more}.")
     result = estimate_run(run, ro.time_coefficients(calibration, run.hardware))
+    result["inputs"].update(_settings(run))
+    if from_plan is not None:
+        result["inputs"]["from_plan"] = {"path": str(from_plan), "rank": rank}
     if json_output:
         print_json(result)
     else:
         render_estimate(result, quiet=quiet)
     if not result["memory"]["fits"]:
         raise typer.Exit(EXIT_FINDINGS)
+
+
+_EXAMPLE = "lcmoe estimate -m qwen3-30b-a3b -n 16 -s 16k --ep 8"
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether the user set option ``name`` (on the command line or through the environment)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
+
+
+def _flag_name(ctx: typer.Context, name: str) -> str:
+    for param in ctx.command.params:
+        if param.name == name and param.opts:
+            return max(param.opts, key=len)
+    return name
+
+
+def _run_from_plan(path: Path, rank: int) -> Any:
+    """Plan ``rank`` (1 = best) of plan.json, rebuilt exactly as the planner evaluated it."""
+    from lcmoe.config_io.plan_json import read_plan, run_from_plan
+    from lcmoe.errors import LcmoeError
+
+    doc = read_plan(path)
+    count = len(doc["plans"])
+    if count and rank > count:
+        raise LcmoeError("--rank", rank, f"must be from 1 to {count} (the plans in {path})", "e.g. --rank 1")
+    return run_from_plan(doc, index=rank - 1)
+
+
+def _with_knobs(run: Any, *, ep_overlap: bool, main_grads_dtype: str | None) -> Any:
+    """The knobs run_options.build_run does not take: EP overlap and the gradient buffer's dtype."""
+    from dataclasses import replace
+
+    options = run.options
+    changes: dict[str, Any] = {}
+    if ep_overlap != options.overlap_moe_expert_parallel_comm:
+        changes["overlap_moe_expert_parallel_comm"] = ep_overlap
+    if main_grads_dtype is not None and main_grads_dtype != options.main_grads_dtype:
+        changes["main_grads_dtype"] = main_grads_dtype
+    return replace(run, options=replace(options, **changes)) if changes else run
+
+
+def _settings(run: Any) -> dict[str, Any]:
+    """The run's settings beyond layout/precision/recompute: the optimizer, gradients and overlap."""
+    opt = run.options
+    return {
+        "precision_aware_optimizer": opt.precision_aware_optimizer,
+        "main_grads_dtype": opt.main_grads_dtype,
+        "exp_avg_dtype": opt.exp_avg_dtype,
+        "overlap_moe_expert_parallel_comm": opt.overlap_moe_expert_parallel_comm,
+        "moe_token_imbalance": opt.moe_token_imbalance,
+        "expandable_segments": opt.expandable_segments,
+        "fp8_param_gather": opt.quantized_params,
+    }
 
 
 def _gib(value: float) -> str:
@@ -154,6 +257,7 @@ def render_estimate(result: dict[str, Any], *, quiet: bool = False) -> None:
         f"(GA {layout['ga']}), {inputs['precision']}, recompute {inputs['recompute']}"
         + (f"; {peft_text(inputs['peft'])}" if inputs.get("peft") else "")
     )
+    stdout.print(settings_line(inputs, layout), highlight=False)
     table = Table(title="per-GPU memory by pipeline stage (GiB; worst GPU of each stage)")
     table.add_column("component")
     stages = memory["stages"]
@@ -177,6 +281,24 @@ def render_estimate(result: dict[str, Any], *, quiet: bool = False) -> None:
     if time:
         render_time(time)
     stdout.print(verdict)
+
+
+def settings_line(inputs: dict[str, Any], layout: dict[str, Any]) -> str:
+    """The rest of what the estimate assumed, in the words plan cards use (cli/plan_view.py)."""
+    from lcmoe.cli.plan_view import optimizer_text
+
+    graphs = ",".join(inputs["cuda_graph_scope"]) or "none"
+    parts = [
+        f"dispatcher {inputs['dispatcher']}",
+        f"EP overlap {'on' if inputs.get('overlap_moe_expert_parallel_comm') else 'off'}",
+        f"CUDA graphs {graphs}",
+        f"optimizer {optimizer_text(inputs)}",
+        f"CP exchange {layout['cp_comm_type']}",
+        f"sequence parallel {'on' if layout['sequence_parallel'] else 'off'}",
+    ]
+    if layout.get("pipeline_layout"):
+        parts.append(f"pipeline layout {layout['pipeline_layout']}")
+    return "; ".join(parts)
 
 
 def verdict_line(memory: dict[str, Any]) -> str:

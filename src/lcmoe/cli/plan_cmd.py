@@ -12,9 +12,7 @@ from rich.table import Table
 from lcmoe.cli import run_options as ro
 from lcmoe.cli.common import EXIT_FINDINGS, JSON, print_json, resolve_hardware, resolve_model, stderr, stdout
 from lcmoe.plan.format import (
-    PLAN_COLUMNS,
     at_risk_note,
-    labelled_rows,
     layout_text,
     model_notes,
     peft_text,
@@ -23,8 +21,8 @@ from lcmoe.plan.format import (
 from lcmoe.plan.payload import plan_payload
 
 GBS = typer.Option(None, "--gbs", min=1, help="target global batch (rounded to a legal multiple)")
-PRECISIONS = typer.Option(None, "--precision", help="comma list, e.g. bf16,fp8-blockwise (default: all the GPU has)")
-DISPATCHERS = typer.Option(None, "--dispatchers", help="comma list of alltoall,deepep,hybridep")
+PRECISIONS = ro.PRECISION_LIST
+DISPATCHERS = ro.DISPATCHER_LIST
 TOP = typer.Option(5, "--top", min=1, max=50, help="how many plans to list")
 MARGIN = typer.Option(0.05, "--margin", help="memory safety margin")
 MCORE = typer.Option("0.19.2", "--megatron-core-version", help="the Megatron-Core release the rules target")
@@ -319,12 +317,10 @@ def render_plans(payload: dict[str, Any]) -> None:
                 "lower precision, or shorten the sequence"
             )
         return
-    table = Table(title="plans, fastest first (memory = worst stage, reserved)")
-    for col in PLAN_COLUMNS:
-        table.add_column(col, justify="left" if col in ("layout", "recompute", "dispatcher", "graphs") else "right")
-    for row in labelled_rows(payload):
-        table.add_row(*row)
-    stdout.print(table)
+    from lcmoe.cli.plan_view import print_plans
+
+    # a table when it fits the width, else cards
+    print_plans(stdout, payload, "plans, fastest first (memory = worst stage, reserved)")
     for note in [at_risk_note(payload), *model_notes(payload)]:
         if note:
             stdout.print(note, highlight=False)

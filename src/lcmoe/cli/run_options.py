@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -10,7 +11,7 @@ import typer
 from lcmoe.cli.common import resolve_hardware, resolve_model
 from lcmoe.errors import LcmoeError
 from lcmoe.run import RunConfig
-from lcmoe.workload import LORA_TARGETS, lora_fields
+from lcmoe.workload import CUDA_GRAPH_SCOPES, DISPATCHERS, LORA_TARGETS, PRECISIONS, RECOMPUTE_MODULES, lora_fields
 
 if TYPE_CHECKING:
     from lcmoe.estimate.time import TimeCoefficients
@@ -30,6 +31,46 @@ def check_gpus(value: int | None) -> int | None:
     return value
 
 
+# ----- choices: listed in --help and completed by the shell (--install-completion) -------------
+PEFT_SCHEMES = ("none", "lora")
+CP_COMM_TYPES = ("p2p", "a2a", "a2a+p2p", "all_gather")
+RECOMPUTE_CHOICES = ("none", "full", "full:uniform:1", "full:block:1", *sorted(RECOMPUTE_MODULES))
+GRAPH_CHOICES = ("none", *sorted(CUDA_GRAPH_SCOPES))
+
+
+def choices_text(choices: Iterable[str]) -> str:
+    """``a | b | c``: the choices as --help lists them."""
+    return " | ".join(choices)
+
+
+def complete_one(choices: Iterable[str]) -> Callable[[str], list[str]]:
+    """A shell-completion callback offering the choices that start with what was typed."""
+    options = tuple(choices)
+
+    def complete(incomplete: str) -> list[str]:
+        return [c for c in options if c.startswith(incomplete)]
+
+    return complete
+
+
+def complete_list(choices: Iterable[str], *, exclusive: Iterable[str] = ("none",)) -> Callable[[str], list[str]]:
+    """A shell-completion callback for a comma list: completes the entry after the last comma
+    with the choices not already in the list (an ``exclusive`` choice only stands alone)."""
+    options, alone = tuple(choices), frozenset(exclusive)
+
+    def complete(incomplete: str) -> list[str]:
+        head, comma, last = incomplete.rpartition(",")
+        taken = {t.strip() for t in head.split(",") if t.strip()}
+        prefix = head + comma
+        return [
+            prefix + c
+            for c in options
+            if c.startswith(last.strip()) and c not in taken and not (comma and (c in alone or c.startswith("full")))
+        ]
+
+    return complete
+
+
 MODEL = typer.Option(..., "--model", "-m", help="catalog model, lcmoe YAML or HF config.json")
 GPU = typer.Option("h100", "--gpu", "-g", help="catalog GPU (lcmoe hardware)")
 GPUS = typer.Option(..., "--gpus", "-n", help="total GPUs", callback=check_gpus)
@@ -39,13 +80,58 @@ HW_SET = typer.Option([], "--hw", help="override a hardware field, FIELD=VALUE (
 SCALEOUT = typer.Option(None, "--scaleout-gbps", help="scale-out NIC Gb/s per GPU")
 PER_NODE = typer.Option(None, "--gpus-per-node", help="GPUs per node")
 CALIBRATION = typer.Option(None, "--calibration", help="cluster.yaml from `lcmoe calibrate` (your measured speed)")
-PEFT = typer.Option("none", "--peft", help="none | lora (frozen base; rank-r adapters train, Bridge cfg.peft=LoRA)")
+PEFT = typer.Option(
+    "none",
+    "--peft",
+    help=f"{choices_text(PEFT_SCHEMES)} (lora: frozen base; rank-r adapters train, Bridge cfg.peft=LoRA)",
+    autocompletion=complete_one(PEFT_SCHEMES),
+)
 LORA_RANK = typer.Option(32, "--lora-rank", min=1, help="LoRA dim (Bridge's default 32)")
 LORA_TARGETS_OPTION = typer.Option(
-    ",".join(sorted(LORA_TARGETS)), "--lora-targets", help="comma list of LoRA target modules"
+    ",".join(sorted(LORA_TARGETS)),
+    "--lora-targets",
+    help="comma list of LoRA target modules, from: " + ", ".join(sorted(LORA_TARGETS)),
+    autocompletion=complete_list(sorted(LORA_TARGETS), exclusive=()),
 )
 LORA_REGATHER = typer.Option(
     False, "--lora-input-regather", help="LoRA.sequence_parallel_input_regather: keep LoRA-A inputs sequence-local"
+)
+
+# The single-valued run knobs of `estimate` and the comma lists of `plan`/`sweep`/`report`.
+RECOMPUTE = typer.Option(
+    "none",
+    "--recompute",
+    help="none | full[:uniform|block[:N]] | a comma list of modules: " + ", ".join(sorted(RECOMPUTE_MODULES)),
+    autocompletion=complete_list(RECOMPUTE_CHOICES),
+)
+PRECISION = typer.Option("bf16", "--precision", help=choices_text(PRECISIONS), autocompletion=complete_one(PRECISIONS))
+DISPATCHER = typer.Option(
+    "alltoall", "--dispatcher", help=choices_text(DISPATCHERS), autocompletion=complete_one(DISPATCHERS)
+)
+CUDA_GRAPH = typer.Option(
+    "none",
+    "--cuda-graph",
+    help="none | a comma list of scopes: " + ", ".join(sorted(CUDA_GRAPH_SCOPES)),
+    autocompletion=complete_list(GRAPH_CHOICES),
+)
+CP_COMM_TYPE = typer.Option(
+    None,
+    "--cp-comm-type",
+    help=f"{choices_text(CP_COMM_TYPES)} (default p2p; all_gather for DSA models)",
+    autocompletion=complete_one(CP_COMM_TYPES),
+)
+PRECISION_LIST = typer.Option(
+    None,
+    "--precision",
+    help="comma list of " + ", ".join(PRECISIONS) + " (default: all the GPU has)",
+    autocompletion=complete_list(PRECISIONS, exclusive=()),
+)
+DISPATCHER_LIST = typer.Option(
+    None,
+    "--dispatchers",
+    help="comma list of " + ", ".join(DISPATCHERS) + " (default: alltoall,deepep,hybridep; "
+    "no deepep past 8-GPU NVLink domains)",
+    autocompletion=complete_list(DISPATCHERS, exclusive=()),
 )
 
 

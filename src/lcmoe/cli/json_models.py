@@ -1,0 +1,223 @@
+"""The shapes of the main ``--json`` documents as pydantic models: the source of truth of the
+JSON Schema files in docs/schema/ (tools/gen_json_schema.py writes them; tests/test_cli_conventions.py
+validates real output against them).
+
+The models name the keys scripts rely on and their types; every object also allows keys they do
+not name, because keys are only ever added within a schema version (docs/json-schema.md)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lcmoe.cli.common import SCHEMA_VERSION
+
+
+class _Open(BaseModel):
+    """An object that may carry keys beyond those named (added in later releases)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class Layout(_Open):
+    tp: int
+    cp: int
+    ep: int
+    etp: int
+    pp: int
+    vpp: int
+    dp: int
+    edp: int
+    mbs: int
+    gbs: int
+    ga: int
+    cp_comm_type: str
+    sequence_parallel: bool
+    pipeline_layout: str | None = Field(description="Megatron layout string; null: the even split")
+
+
+class Stage(_Open):
+    stage: int
+    layers: int
+    inflight_microbatches: int
+    peak_allocated_bytes: float
+    peak_reserved_bytes: float
+    components: dict[str, float]
+
+
+class Memory(_Open):
+    peak_allocated_bytes: float
+    peak_reserved_bytes: float = Field(description="what nvidia-smi shows, worst stage")
+    peak_torch_reserved_bytes: float
+    capacity_bytes: float
+    headroom_bytes: float
+    fits: bool
+    oom_risk: bool
+    error_band_pct: float
+    worst_stage: int
+    host_bytes_per_gpu: float
+    stages: list[Stage]
+
+
+class Time(_Open):
+    step_seconds: float | None
+    tokens_per_sec_per_gpu: float | None
+    model_tflops_per_gpu: float | None
+    mfu: float | None = Field(description="0-1 of the GPU's dense BF16 peak")
+    breakdown: dict[str, float | None]
+    band_pct: float | None = None
+    tokens_per_sec_per_gpu_low: float | None = None
+    tokens_per_sec_per_gpu_high: float | None = None
+
+
+class Recompute(_Open):
+    granularity: Literal["none", "selective", "full"]
+    modules: list[str]
+    method: Literal["uniform", "block"] | None
+    num_layers: int | None
+
+
+class Peft(_Open):
+    scheme: str
+    rank: int
+    targets: list[str]
+
+
+class Reason(_Open):
+    rule: str
+    text: str
+
+
+class Plan(_Open):
+    """One plan: every setting it uses (what `lcmoe estimate --from-plan` rebuilds) and its numbers."""
+
+    layout: Layout
+    recompute: Recompute
+    precision: str
+    dispatcher: str
+    cuda_graph_scope: list[str]
+    overlap_moe_expert_parallel_comm: bool
+    optimizer_offload_fraction: float
+    precision_aware_optimizer: bool
+    main_grads_dtype: Literal["fp32", "bf16"]
+    peft: Peft | None
+    memory: Memory
+    time: Time
+    reasons: list[Reason]
+
+
+class PlanInputs(_Open):
+    model: str
+    attention: str
+    gpu: str
+    num_gpus: int
+    seq_len: int
+    gbs: int | None
+    memory_margin: float
+    megatron_core_version: str
+    peft: Peft | None
+    model_spec: dict[str, Any]
+    hardware_spec: dict[str, Any]
+
+
+class ParetoPoint(_Open):
+    peak_reserved_bytes: float
+    tokens_per_sec_per_gpu: float | None
+    layout: Layout
+
+
+class PlanDocument(_Open):
+    """`lcmoe plan --json` (and `report --json`)."""
+
+    schema_version: Literal["2"]
+    lcmoe_version: str
+    inputs: PlanInputs
+    plans: list[Plan]
+    fallback: Plan | None
+    pareto: list[ParetoPoint]
+    searched: int
+    legal: int
+    fit: int
+    closest: Plan | None = None
+    min_gpus_needed: int | None = None
+
+
+class EstimateInputs(_Open):
+    model: str
+    gpu: str
+    num_gpus: int
+    seq_len: int
+    precision: str
+    recompute: str
+    dispatcher: str
+    cuda_graph_scope: list[str]
+    optimizer_offload_fraction: float
+    peft: Peft | None
+    precision_aware_optimizer: bool
+    main_grads_dtype: Literal["fp32", "bf16"]
+    overlap_moe_expert_parallel_comm: bool
+
+
+class EstimateDocument(_Open):
+    """`lcmoe estimate --json`."""
+
+    schema_version: Literal["2"]
+    inputs: EstimateInputs
+    layout: Layout
+    memory: Memory
+    time: Time
+
+
+class Violation(_Open):
+    rule: str
+    message: str
+    fix: str
+    source: str
+
+
+class Advice(_Open):
+    rule: str
+    severity: str
+    text: str
+
+
+class CheckDocument(_Open):
+    """`lcmoe check --json`: the estimate keys only when the config is legal."""
+
+    schema_version: Literal["2"]
+    format: str
+    errors: list[Violation]
+    advice: list[Advice]
+    exit_code: int
+    inputs: dict[str, Any] | None = None
+    layout: Layout | None = None
+    memory: Memory | None = None
+    time: Time | None = None
+
+
+class AnyDocument(_Open):
+    """Any `lcmoe … --json` document: an object that starts with schema_version."""
+
+    schema_version: Literal["2"]
+
+
+# file name in docs/schema/ → model
+DOCUMENTS: dict[str, type[BaseModel]] = {
+    "plan.schema.json": PlanDocument,
+    "estimate.schema.json": EstimateDocument,
+    "check.schema.json": CheckDocument,
+    "document.schema.json": AnyDocument,
+}
+
+
+def json_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of ``model``, with its id and schema version."""
+    schema = model.model_json_schema(mode="serialization")
+    name = next(k for k, v in DOCUMENTS.items() if v is model)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$comment": f"docs/schema/{name}, written by tools/gen_json_schema.py from lcmoe.cli.json_models",
+        "x-schema-version": SCHEMA_VERSION,
+        **schema,
+    }
