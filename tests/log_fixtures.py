@@ -110,6 +110,16 @@ def watchdog_timeout_line(rank: int, seq: int, op_type: str) -> str:
     )
 
 
+def bridge_config_summary(model: dict[str, tuple[str, str]]) -> list[str]:
+    """Bridge's start-up summary of non-default values (``ConfigContainer.log_non_default_values``,
+    Bridge training/config.py:1809): ``model`` maps a field to (current repr, Megatron-Core default repr)."""
+    lines = ["", "=" * 70, "Configuration Summary (Non-Default Values vs Megatron Core)", "=" * 70]
+    lines += ["", "[model] Non-default values (vs Mcore TransformerConfig):"]
+    lines += [f"  {name}: {current}  (Mcore default: {default})" for name, (current, default) in sorted(model.items())]
+    lines += ["", "-" * 70, "Other Configuration Values:", "-" * 70, "", "[train]:", "  global_batch_size: 8192"]
+    return [*lines, "", "=" * 70]
+
+
 def deepep_dispatch_cpu_timeout() -> list[str]:
     """NVIDIA-NeMo/Megatron-Bridge#1335 (DeepSeek-V3, 1024 × H100) for the traceback and
     NVIDIA-NeMo/Megatron-Bridge#5067 (Kimi-K2, 256 × B200/B300) for DeepEP's counters."""

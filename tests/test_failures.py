@@ -188,6 +188,34 @@ def test_cuda_graph_moe_hang_from_the_bridge_config(tmp_path: Path) -> None:
     assert code == 1 and "failures" not in doc and doc["comm_failures"]
 
 
+def test_bridge_logs_say_their_own_settings(tmp_path: Path) -> None:
+    """Bridge prints the model fields that differ from Megatron-Core's defaults at start-up: graphs
+    on there confirm the hang without --config; a summary without them rules the graph causes out."""
+    graphed = lf.bridge_config_summary(
+        {
+            "expert_model_parallel_size": ("32", "1"),
+            "cuda_graph_impl": ("'transformer_engine'", "'none'"),
+            "cuda_graph_modules": (
+                "[<CudaGraphScope.attn: 1>, <CudaGraphScope.moe_router: 4>, <CudaGraphScope.moe_preprocess: 5>]",
+                "[]",
+            ),
+        }
+    )
+    prefixed = lf.with_rank_prefix(graphed, 0)
+    code, out, doc = _diagnose(tmp_path, prefixed + lf.cuda_graph_moe_hang())
+    assert code == 1
+    assert _named(out, doc, "cuda-graph-moe-hang", "https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/3517")
+    assert "a2a-overlap-deadlock" not in out
+
+    plain = lf.bridge_config_summary({"expert_model_parallel_size": ("32", "1")})
+    code, out, doc = _diagnose(tmp_path, plain + lf.cuda_graph_moe_hang() + lf.cuda_graph_attn_nan())
+    assert "failures" not in doc  # graphs and overlap at their defaults: off
+
+    overlap = lf.bridge_config_summary({"overlap_moe_expert_parallel_comm": ("True", "False")})
+    code, out, doc = _diagnose(tmp_path, overlap + lf.a2a_overlap_deadlock())
+    _named(out, doc, "a2a-overlap-deadlock", "https://github.com/NVIDIA/Megatron-LM/issues/1810")
+
+
 def test_cuda_graph_capture_with_dynamic_shapes(tmp_path: Path) -> None:
     code, out, doc = _diagnose(tmp_path, lf.cuda_graph_capture_dynamic())
     assert code == 1

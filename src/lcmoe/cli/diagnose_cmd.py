@@ -165,11 +165,17 @@ def diagnose(
 
 
 def _known_failures(summary: LogSummary, run: RunConfig | None) -> list[dict[str, object]]:
-    """The log's known failures that apply to this run: settings from the log's argument dump,
-    else from the run diagnose was given."""
-    from lcmoe.diagnose.failures import resolve, settings_from_arguments, settings_from_run
+    """The log's known failures that apply to this run: settings from the log itself (Megatron-LM's
+    argument dump, Bridge's Configuration Summary), else from the run diagnose was given."""
+    from lcmoe.diagnose.failures import (
+        resolve,
+        settings_from_arguments,
+        settings_from_bridge_summary,
+        settings_from_run,
+    )
 
     settings = settings_from_run(run) if run is not None else {}
+    settings.update(settings_from_bridge_summary(summary.bridge_model_values, seen=summary.config_summary_seen))
     settings.update(settings_from_arguments(summary.arguments))
     return [finding.as_dict() for finding in resolve(summary.failures, settings)]
 

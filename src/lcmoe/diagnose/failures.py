@@ -483,6 +483,21 @@ def settings_from_arguments(arguments: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def settings_from_bridge_summary(values: Mapping[str, str], *, seen: bool) -> dict[str, str]:
+    """The settings ``requires`` reads, from Bridge's start-up Configuration Summary, which lists
+    the model fields that differ from Megatron-Core's defaults (so a field it leaves out holds the
+    default: no A2A overlap, ``cuda_graph_impl='none'``). Nothing when the log has no summary."""
+    if not seen:
+        return {}
+    impl = values.get("cuda_graph_impl", "none")
+    graphs_on = _truthy(impl) or any(_truthy(values.get(n, "")) for n in ("enable_cuda_graph", "external_cuda_graph"))
+    scope = values.get("cuda_graph_modules") or values.get("cuda_graph_scope") or "full"
+    return {
+        "overlap_moe_expert_parallel_comm": values.get("overlap_moe_expert_parallel_comm", "False"),
+        "cuda_graph_scope": scope if graphs_on else "",
+    }
+
+
 def settings_from_run(run: RunConfig) -> dict[str, str]:
     """The settings ``requires`` reads, from the run diagnose was given (``--plan`` / ``--config``)."""
     return {

@@ -236,6 +236,9 @@ class LogSummary:
     failures: tuple[Finding, ...] = ()
     """Known failures (diagnose/failures.py) before the run's settings resolve them: first line and
     count per pattern. ``failures.resolve`` picks the ones that apply."""
+    bridge_model_values: dict[str, str] = field(default_factory=dict)
+    """The model fields Bridge's start-up "Configuration Summary" lists as non-default
+    (``ConfigContainer.log_non_default_values``, Bridge training/config.py:1809): ``name -> repr``."""
 
     @property
     def found(self) -> list[str]:
@@ -324,6 +327,8 @@ class _Builder:
     comm: list[CommFailure] = field(default_factory=list)
     known: FailureCollector = field(default_factory=FailureCollector)
     config_summary: bool = False
+    summary_section: str = ""
+    bridge_model_values: dict[str, str] = field(default_factory=dict)
 
     def feed(self, raw: str) -> None:
         self.lines += 1
@@ -354,6 +359,11 @@ class _Builder:
             self.arguments.clear()
         elif "Configuration Summary" in line:
             self.config_summary = True
+        elif self.config_summary and "(Mcore default: " in line:
+            self._summary_value(line)
+        elif self.config_summary and line.lstrip().startswith("[") and "]" in line[:48]:
+            header = line.strip()
+            self.summary_section = header[1 : header.index("]")]
         if self.known.feed(self.lines, rank, line):
             return  # a known failure without conditions explains the line better than its library
         if (
@@ -364,6 +374,14 @@ class _Builder:
             library = comm_library(line)
             if library is not None:
                 self.comm.append(CommFailure(self.lines, rank, library, line.strip()[:300]))
+
+    def _summary_value(self, line: str) -> None:
+        """``  name: repr  (Mcore default: repr)`` under ``[model] Non-default values``."""
+        name, sep, rest = line.strip().partition(": ")
+        if self.summary_section != "model" or not sep or not name.isidentifier():
+            return
+        if name in self.bridge_model_values or len(self.bridge_model_values) < MAX_CONFIG_KEYS:
+            self.bridge_model_values[name] = rest[: rest.rfind("  (Mcore default: ")].strip().strip("'\"")
 
     def _iteration(self, line: str) -> None:
         head, elapsed = _ITERATION.search(line), _ELAPSED.search(line)
@@ -498,6 +516,7 @@ class _Builder:
             comm_failures=tuple(self.comm),
             config_summary_seen=self.config_summary,
             failures=self.known.findings(),
+            bridge_model_values=dict(self.bridge_model_values),
         )
 
 
