@@ -19,6 +19,7 @@ from lcmoe.estimate.memory import (
     gdn_activation_bytes,
     gdn_chunk_backward_bytes,
     layer_activation_bytes,
+    mamba_scan_backward_bytes,
     moe_dispatch_transient_bytes,
     norm_bytes,
     stage_mixer_transients,
@@ -185,3 +186,19 @@ def test_ring_cp_attention_forward_by_hand() -> None:
     assert cp_p2p_attention_forward_bytes(dsv3, 0, shape_of(t, cp=1)) == 0.0
     assert cp_p2p_attention_forward_bytes(nxt, first_layer(NEXT, AttentionKind.GDN), shape_of(t, cp=16)) == 0.0
     assert cp_p2p_attention_forward_bytes(load_model(GLM), 3, shape_of(t, cp=32)) == 0.0
+
+
+def test_mamba_scan_backward_by_hand() -> None:
+    """Nemotron-3 Nano (64 heads of 64, N 128, 8 groups, chunk 128) at T = 8192, TP 1: FP32 and
+    BF16 states and state gradients, CB, the recomputed x·B·C and its gradient, dzxbcdt, the
+    output-gradient copy and three FP32 [T, nh] buffers; per local token, so CP changes nothing
+    at fixed T; nothing for a model without Mamba layers."""
+    nano = load_model("nemotron-3-nano-30b-a3b")
+    t, d_i, g, n, nh, cs = 8192.0, 64 * 64, 8, 128, 64, 128
+    xbc = d_i + 2 * g * n
+    expected = 12 * t * d_i * n / cs + 4 * t * g * cs + 2 * 2 * t * xbc + 2 * t * (d_i + xbc + nh)
+    expected += 2 * t * d_i + 12 * t * nh
+    assert mamba_scan_backward_bytes(nano, shape_of(t)) == pytest.approx(expected)
+    assert expected / 1024**3 == pytest.approx(0.8, abs=0.05)
+    assert mamba_scan_backward_bytes(nano, shape_of(t, cp=4)) == pytest.approx(expected)
+    assert mamba_scan_backward_bytes(load_model(NEXT), shape_of(t)) == 0.0

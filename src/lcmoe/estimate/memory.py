@@ -973,6 +973,38 @@ def dsa_sparse_backward_bytes(model: ModelSpec, shape: TokenShape) -> float:
     return copies + 2 * BF16 * t * heads * d_q + FP32 * keys * d_q
 
 
+def mamba_scan_backward_bytes(model: ModelSpec, shape: TokenShape) -> float:
+    """Live only while one Mamba-2 mixer runs its backward: the fused kernel Megatron trains
+    with (megatron-core 0.19.2 ssm/mamba_mixer.py:727-781 ``mamba_split_conv1d_scan_combined``)
+    saves only its input and the scan output, and its backward (state-spaces/mamba@e9594ce
+    mamba_ssm/ops/triton/ssd_combined.py:903-990 ``MambaSplitConv1dScanCombinedFn.backward``,
+    :397-470 ``_mamba_chunk_scan_combined_bwd``) rebuilds the conv output x·B·C, allocates the
+    in_proj-wide gradient dzxbcdt and dxBC, recomputes CB and the chunk states in FP32, and
+    makes the state gradients, both cast to the BF16 state dtype (Megatron's default
+    ``mamba_training_ssm_states_dtype`` = params dtype). With T local tokens (Megatron's Mamba CP
+    is an all-to-all to head-parallel, mamba_context_parallel.py, so T·cp tokens of 1/cp of the
+    heads), d_i, G, nh over tp, N the state size and cs the chunk length:
+
+        (4 + 4 + 2 + 2)·T·d_i·N/cs        states and dstates, FP32 and BF16
+      + 4·T·G·cs                          CB
+      + 2·2·T·(d_i + 2·G·N)               recomputed x·B·C and its gradient
+      + 2·T·(2·d_i + 2·G·N + nh)          dzxbcdt
+      + 2·T·d_i + 3·4·T·nh                the output-gradient copy; dA_cumsum, dt, ddA (FP32)
+
+    Nemotron-3 Nano (64 heads of 64, N 128, 8 groups, chunk 128) at T = 8192: 0.8 GiB.
+    Uncertain to the few [T, nh]-sized FP32 buffers the Triton kernels add."""
+    if not model.mamba_num_heads:
+        return 0.0
+    tp, t = shape.tp, shape.tokens
+    d_i = model.mamba_inner_size / tp
+    groups, state, heads = model.mamba_num_groups / tp, model.mamba_state_dim, model.mamba_num_heads / tp
+    chunk = model.mamba_chunk_size
+    xbc = d_i + 2 * groups * state
+    scratch = (2 * FP32 + 2 * BF16) * t * d_i * state / chunk + FP32 * t * groups * chunk
+    scratch += 2 * BF16 * t * xbc + BF16 * t * (d_i + xbc + heads) + BF16 * t * d_i + 3 * FP32 * t * heads
+    return scratch
+
+
 def cp_p2p_attention_forward_bytes(model: ModelSpec, layer: int, shape: TokenShape) -> float:
     """Live only while one softmax-attention layer (GQA, sliding window, plain MLA) runs its
     forward under ring (``p2p``) context parallelism: Transformer Engine's
@@ -1013,8 +1045,9 @@ def stage_mixer_transients(
     """(forward, backward) working sets of the stage's sequence mixers beyond their stored
     tensors, the largest over the stage's layer kinds: the DSA indexer's score and top-k
     scratch (``dsa_kernel_scratch_bytes``, in the forward, replayed in the backward under
-    recompute), the DSA sparse-attention backward (``dsa_sparse_backward_bytes``) and the
-    Gated DeltaNet chunk backward (``gdn_chunk_backward_bytes``). The TE ring-CP forward
+    recompute), the DSA sparse-attention backward (``dsa_sparse_backward_bytes``), the
+    Gated DeltaNet chunk backward (``gdn_chunk_backward_bytes``) and the Mamba-2 scan backward
+    (``mamba_scan_backward_bytes``). The TE ring-CP forward
     (``cp_p2p_attention_forward_bytes``) is left out until a measurement settles it."""
     del options
     firsts = [first for first, count in stage.layer_groups if count]
@@ -1029,6 +1062,8 @@ def stage_mixer_transients(
             backward = max(backward, dsa_sparse_backward_bytes(model, shape))
         elif kind is AttentionKind.GDN:
             backward = max(backward, gdn_chunk_backward_bytes(model, shape))
+        elif kind is AttentionKind.MAMBA:
+            backward = max(backward, mamba_scan_backward_bytes(model, shape))
     return forward, backward
 
 
