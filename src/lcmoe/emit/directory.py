@@ -207,7 +207,7 @@ def install_files(target: Path, files: Mapping[str, str], *, force: bool = False
         (staging / MANIFEST).write_text(
             json.dumps({"written_by": "lcmoe", "files": hashes}, indent=2, sort_keys=True) + "\n", encoding="utf-8"
         )
-        os.chmod(staging, 0o777 & ~_umask())
+        os.chmod(staging, 0o777 & ~current_umask())
         _swap_in(staging, target, existed)
     except OSError as err:
         shutil.rmtree(staging, ignore_errors=True)
@@ -239,7 +239,7 @@ def _swap_in(staging: Path, target: Path, existed: bool) -> None:
         shutil.rmtree(backup, ignore_errors=True)
 
 
-def _umask() -> int:
+def current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
@@ -248,5 +248,5 @@ def _umask() -> int:
 def install_directory(staging: Path, target: Path) -> None:
     """Put a completed ``staging`` directory lcmoe built at ``target`` (a directory lcmoe owns, e.g.
     a report's plots), by renames: an interruption leaves the old or the new one."""
-    os.chmod(staging, 0o777 & ~_umask())
+    os.chmod(staging, 0o777 & ~current_umask())
     _swap_in(staging, target, target.exists())

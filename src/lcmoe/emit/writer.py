@@ -14,7 +14,7 @@ from typing import Any
 
 from lcmoe.config_io.bridge import recipe_for
 from lcmoe.emit.bridge import overrides_text, python_snippet, yaml_config
-from lcmoe.emit.directory import Installed, install_directory, install_files
+from lcmoe.emit.directory import Installed, current_umask, install_directory, install_files
 from lcmoe.emit.launchers import LaunchSettings, nemo_run_script, slurm_script
 from lcmoe.emit.megatron_lm import megatron_lm_text
 from lcmoe.emit.syntax import markdown_text, slurm_job_name
@@ -26,12 +26,6 @@ __all__ = ["COST_GATE_GPUS", "atomic_write_text", "install_directory", "write_pl
 COST_GATE_GPUS = 64
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def atomic_write_text(path: Path, text: str) -> None:
     """Temp file in the same folder, then rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -39,7 +33,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a report or config is for the team
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; a report or config is for the team
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
