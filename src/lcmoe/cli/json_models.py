@@ -117,8 +117,9 @@ class PlanInputs(_Open):
     memory_margin: float
     megatron_core_version: str
     peft: Peft | None
-    model_spec: dict[str, Any]
-    hardware_spec: dict[str, Any]
+    # The full specs, so `--plan`/`--from-plan` work without the files they came from (newer plans).
+    model_spec: dict[str, Any] | None = None
+    hardware_spec: dict[str, Any] | None = None
 
 
 class ParetoPoint(_Open):
