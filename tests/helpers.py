@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from lcmoe.catalog import load_hardware, load_model
@@ -75,3 +77,24 @@ HF_FAMILY_BASE: dict[str, object] = {
     "n_shared_experts": 1,
     "first_k_dense_replace": 1,
 }
+
+
+# A small dense Hugging Face config (a ~1B Llama): a custom model that plans in about a second.
+SMALL_HF_CONFIG = {
+    "model_type": "llama",
+    "hidden_size": 2048,
+    "intermediate_size": 8192,
+    "num_hidden_layers": 16,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "max_position_embeddings": 40960,
+}
+
+
+def write_hf_config(folder: Path) -> Path:
+    """``folder/config.json`` holding SMALL_HF_CONFIG (the folder is created)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "config.json"
+    path.write_text(json.dumps(SMALL_HF_CONFIG), encoding="utf-8")
+    return path

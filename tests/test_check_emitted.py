@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from tests.helpers import write_hf_config
 
 REQUEST = ["--model", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--seq-len", "16k", "--top", "1", "-q"]
 CONFIGS = [
@@ -104,20 +105,7 @@ def test_field_table_matches_the_released_wheels() -> None:
 
 def test_custom_model_plan_works_without_its_config(tmp_path: Path) -> None:
     folder = tmp_path / "my-model"
-    folder.mkdir()
-    (folder / "config.json").write_text(
-        json.dumps(
-            {
-                "model_type": "llama",
-                "hidden_size": 2048,
-                "intermediate_size": 8192,
-                "num_hidden_layers": 16,
-                "num_attention_heads": 32,
-                "num_key_value_heads": 8,
-                "vocab_size": 128256,
-            }
-        )
-    )
+    write_hf_config(folder)
     out = tmp_path / "out"
     code, _, err = run_cli(
         "plan",

@@ -27,7 +27,7 @@ import pytest
 from lcmoe.emit.launchers import LaunchSettings, nemo_run_script, override_args, slurm_script
 from lcmoe.errors import LcmoeError
 from tests.conftest import run_cli
-from tests.helpers import make_run
+from tests.helpers import make_run, write_hf_config
 
 MARKER = "lcmoe_injected_marker"
 PAYLOADS = [
@@ -114,22 +114,7 @@ def test_model_yaml_name_never_becomes_a_command(tmp_path: Path, payload: str) -
 
 def test_hf_config_directory_name_never_becomes_a_command(tmp_path: Path) -> None:
     folder = tmp_path / f"evil\ntouch {MARKER}"
-    folder.mkdir()
-    (folder / "config.json").write_text(
-        json.dumps(
-            {
-                "model_type": "llama",
-                "hidden_size": 2048,
-                "intermediate_size": 8192,
-                "num_hidden_layers": 16,
-                "num_attention_heads": 32,
-                "num_key_value_heads": 8,
-                "vocab_size": 128256,
-                "max_position_embeddings": 40960,
-            }
-        ),
-        encoding="utf-8",
-    )
+    write_hf_config(folder)
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:
