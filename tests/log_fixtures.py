@@ -150,7 +150,7 @@ def deepep_internode_kernel_timeout() -> list[str]:
 
 def deepep_replaced_on_gb200() -> list[str]:
     """NVIDIA-NeMo/Megatron-Bridge#5992: the rank-0 warning Bridge prints on GB200 (message from
-    flex_dispatcher_backend.py:64-66, in Python logging's default format) before training goes on."""
+    flex_dispatcher_backend.py:65-66, in Python logging's default format) before training goes on."""
     return [
         "WARNING:megatron.bridge.training.flex_dispatcher_backend:DeepEP is only applicable to Ampere, Hopper, and "
         "Blackwell (B200/B300) GPUs. Current GPU: NVIDIA GB200. Falling back to alltoall.",

@@ -127,7 +127,7 @@ def test_deepep_replaced_by_alltoall_on_gb200(tmp_path: Path) -> None:
         doc,
         "deepep-fallback-alltoall",
         "https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/5992",
-        "NVIDIA-NeMo/Megatron-Bridge@067f987:src/megatron/bridge/training/flex_dispatcher_backend.py:64",
+        "NVIDIA-NeMo/Megatron-Bridge@067f987:src/megatron/bridge/training/flex_dispatcher_backend.py:65",
     )
     assert finding["detail"] == ["NVIDIA GB200"]
     assert "hybridep" in finding["fix"]

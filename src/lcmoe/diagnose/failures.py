@@ -219,7 +219,7 @@ PATTERNS: tuple[FailurePattern, ...] = (
         rule="DG-DISPATCHER-FALLBACK",
         sources=(
             GH + "NVIDIA-NeMo/Megatron-Bridge/issues/5992",
-            BRIDGE + "src/megatron/bridge/training/flex_dispatcher_backend.py:64",
+            BRIDGE + "src/megatron/bridge/training/flex_dispatcher_backend.py:65",
         ),
     ),
     FailurePattern(
@@ -239,7 +239,7 @@ PATTERNS: tuple[FailurePattern, ...] = (
         rule="DG-DISPATCHER-FALLBACK",
         sources=(
             GH + "NVIDIA-NeMo/Megatron-Bridge/pull/5207",
-            BRIDGE + "src/megatron/bridge/training/flex_dispatcher_backend.py:73",
+            BRIDGE + "src/megatron/bridge/training/flex_dispatcher_backend.py:74",
         ),
     ),
     FailurePattern(
