@@ -442,7 +442,7 @@ CASES: dict[str, Case] = {
         needle="hidden_size",
     ),
     "diagnose-margin-nan": Case(lambda t: ["diagnose", str(_log(t, "x\n")), "--margin", "nan"], needle="margin"),
-    "megatron-args-over-1-mib": Case(
+    "megatron-args-over-256-kib": Case(
         lambda t: ["check", str(_write(t / "a.sh", "--hidden-size 1024 " * 70_000)), "-n", "16"], needle="arguments"
     ),
     "sweep-empty-seq-lens": Case(
