@@ -114,6 +114,9 @@ def test_deepep_dispatch_cpu_and_internode_timeouts(tmp_path: Path) -> None:
     assert internode["count"] == 4 and internode["detail"] == ["3", "1"]  # channel 3, RDMA rank 1
     # The lines a known failure explains are not repeated as generic DeepEP failures.
     assert doc["comm_failures"] == []
+    # DeepEP's newer elastic buffer words the same timeout as an EPException (exception.cuh).
+    elastic = "RuntimeError: Dispatch CPU wait exception (csrc/elastic/buffer.hpp:1063): CPU side received count"
+    assert [p.id for p, _ in match_line(elastic)] == ["deepep-dispatch-cpu-timeout"]
     code, quiet, _ = _diagnose(tmp_path, lf.deepep_dispatch_cpu_timeout(), "--quiet")
     assert "deepep-timeout [DG-DEEPEP-TIMEOUT]" in quiet
 
@@ -355,3 +358,15 @@ def test_override_values_compare_by_meaning(intended: Any, saved: Any, same: boo
     from lcmoe.diagnose.overrides import same_value
 
     assert same_value(intended, saved) is same
+
+
+def test_other_communication_failures_keep_their_generic_handling(tmp_path: Path) -> None:
+    """Lines the table does not know stay NCCL failures with the library's fix, next to known ones."""
+    lines = [
+        "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error, NCCL version 2.21.5",
+        *lf.deepep_dispatch_cpu_timeout(),
+    ]
+    code, _, doc = _diagnose(tmp_path, lines)
+    assert code == 1 and [f["pattern"] for f in doc["failures"]] == ["deepep-dispatch-cpu-timeout"]
+    assert [c["library"] for c in doc["comm_failures"]] == ["nccl"]
+    assert "NCCL_DEBUG=INFO" in doc["comm_failures"][0]["fix"]

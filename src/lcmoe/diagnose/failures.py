@@ -37,7 +37,7 @@ GH = "https://github.com/"
 
 # Every needle contains one of these (tests/test_failures.py checks it): a line without any of
 # them costs len(TRIGGERS) substring tests and nothing more.
-TRIGGERS = ("DeepEP", "HybridEP", "NaN", "Watchdog", "divisible", "capturing", "is invalid for input")
+TRIGGERS = ("DeepEP", "HybridEP", "NaN", "Watchdog", "divisible", "capturing", "is invalid for input", "CPU wait")
 # How far after a traceback frame a ``after`` pattern's error line may come.
 CONTEXT_LINES = 40
 
@@ -105,11 +105,12 @@ PATTERNS: tuple[FailurePattern, ...] = (
     FailurePattern(
         id="deepep-dispatch-cpu-timeout",
         failure_class="deepep-timeout",
-        needles=("DeepEP error: timeout (dispatch CPU)",),
+        needles=("DeepEP error: timeout (dispatch CPU)", "Dispatch CPU wait exception"),
         library="deepep",
         explanation=(
             "DeepEP's host side waited longer than its CPU timeout for the notify kernel to report how "
-            "many tokens each rank receives (internode_dispatch). moe_recv_expert_counter = -1 on every "
+            "many tokens each rank receives (internode_dispatch; 'Dispatch CPU wait' in DeepEP's newer "
+            "elastic buffer). moe_recv_expert_counter = -1 on every "
             "expert means the RDMA metadata never arrived: the NVSHMEM/IBGDA path between nodes is not "
             "working, or a peer rank never reached this MoE layer"
         ),
@@ -125,6 +126,7 @@ PATTERNS: tuple[FailurePattern, ...] = (
             GH + "NVIDIA-NeMo/Megatron-Bridge/issues/1335",
             GH + "NVIDIA-NeMo/Megatron-Bridge/issues/5067",
             DEEPEP + "csrc/legacy/buffer.hpp:1105",
+            DEEPEP + "csrc/elastic/buffer.hpp:1063",
         ),
     ),
     FailurePattern(
