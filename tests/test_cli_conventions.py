@@ -50,10 +50,10 @@ def _values(plan: dict[str, Any]) -> list[str]:
     time = plan["time"]
     return [
         layout_text(plan["layout"]),
-        recompute_spec(plan),
+        ", ".join(recompute_spec(plan).split(",")),
         plan["precision"],
         plan["dispatcher"],
-        ",".join(plan["cuda_graph_scope"]) or "-",
+        ", ".join(plan["cuda_graph_scope"]) or "-",
         f"{plan['optimizer_offload_fraction']:g}",
         f"{plan['memory']['peak_reserved_bytes'] / 1024**3:.1f} / {plan['memory']['capacity_bytes'] / 1024**3:.0f}"
         + (" !" if plan["memory"]["oom_risk"] else ""),

@@ -8,6 +8,7 @@ screen and `lcmoe estimate --from-plan` can be checked against it."""
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 from rich.console import Console
@@ -17,7 +18,8 @@ from rich.table import Table
 from lcmoe.plan.format import PLAN_COLUMNS, labelled_rows
 
 LEFT_COLUMNS = ("layout", "recompute", "dispatcher", "graphs")
-UNBOUNDED = 100_000  # the width a table is measured at: its natural width, unsqueezed
+# Comma lists: shown as "a, b, c" so a narrow cell wraps between entries instead of cutting one.
+LIST_COLUMNS = ("recompute", "graphs")
 SETTING_COLUMNS = ("optimizer", "EP overlap", "CP exchange", "sequence parallel", "pipeline layout")
 
 
@@ -65,12 +67,16 @@ def _entries(payload: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def plan_rows(payload: dict[str, Any]) -> list[list[str]]:
-    """labelled_rows with the recompute cell spelled out whole (full:METHOD:N)."""
+    """labelled_rows with the recompute cell spelled out whole (full:METHOD:N) and the comma
+    lists spaced (LIST_COLUMNS)."""
     rows = labelled_rows(payload)
-    if "recompute" in PLAN_COLUMNS:
-        at = PLAN_COLUMNS.index("recompute")
-        for row, entry in zip(rows, _entries(payload), strict=False):
-            row[at] = recompute_spec(entry)
+    for row, entry in zip(rows, _entries(payload), strict=False):
+        if "recompute" in PLAN_COLUMNS:
+            row[PLAN_COLUMNS.index("recompute")] = recompute_spec(entry)
+        for col in LIST_COLUMNS:
+            if col in PLAN_COLUMNS:
+                at = PLAN_COLUMNS.index(col)
+                row[at] = ", ".join(row[at].split(","))
     return rows
 
 
@@ -79,7 +85,7 @@ def plan_tables(payload: dict[str, Any], title: str) -> tuple[Table, Table]:
     rows = plan_rows(payload)
     main = Table(title=title)
     for col in PLAN_COLUMNS:
-        main.add_column(col, justify="left" if col in LEFT_COLUMNS else "right", no_wrap=True)
+        main.add_column(col, justify="left" if col in LEFT_COLUMNS else "right", no_wrap=col not in LIST_COLUMNS)
     for row in rows:
         main.add_row(*row)
     settings = Table(title="the rest of each plan's settings")
@@ -107,9 +113,11 @@ def plan_cards(payload: dict[str, Any]) -> list[tuple[str, Table]]:
 
 
 def fits(console: Console, table: Table) -> bool:
-    """Whether ``table`` shows every cell whole at the console's width."""
-    unbounded = console.options.update_width(UNBOUNDED)
-    return console.measure(table, options=unbounded).maximum <= console.width
+    """Whether ``table`` shows every cell whole at the console's width: rendered there, no cell
+    is cut to "…" (a comma list may wrap between its entries)."""
+    buffer = io.StringIO()
+    Console(file=buffer, width=console.width, color_system=None, legacy_windows=False).print(table)
+    return "…" not in buffer.getvalue()
 
 
 def print_plans(console: Console, payload: dict[str, Any], title: str) -> None:
@@ -122,4 +130,4 @@ def print_plans(console: Console, payload: dict[str, Any], title: str) -> None:
     console.print(title, highlight=False, soft_wrap=False)
     for title, card in plan_cards(payload):
         console.print(f"[bold]{title}[/]", highlight=False)
-        console.print(Padding(card, (0, 0, 0, 2)), highlight=False)
+        console.print(Padding(card, (0, 0, 0, 2), expand=False), highlight=False)
