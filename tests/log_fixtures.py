@@ -236,7 +236,17 @@ def cp_divisibility_failures() -> dict[str, list[str]]:
     }
 
 
-def saved_bridge_config(*, dispatcher: str, backend: str | None, shared_expert_overlap: bool) -> str:
+_GRAPH_MODULES = """
+  - _target_: megatron.core.transformer.enums.CudaGraphScope
+    _call_: true
+    _args_:
+    - 1
+    _name_: attn"""
+
+
+def saved_bridge_config(
+    *, dispatcher: str, backend: str | None, shared_expert_overlap: bool, graphs: bool = True
+) -> str:
     """An excerpt of the resolved config Bridge saves at start-up (``logger.save_config_filepath``:
     ``cfg.to_yaml``, Bridge training/setup.py:800), with enums and dtypes as Megatron's YAML
     representers write them (megatron/training/config/yaml_utils.py) and Megatron-Core 0.19's
@@ -254,13 +264,8 @@ def saved_bridge_config(*, dispatcher: str, backend: str | None, shared_expert_o
   moe_token_dispatcher_type: {dispatcher}
   moe_flex_dispatcher_backend: {backend or "null"}
   moe_shared_expert_overlap: {str(shared_expert_overlap).lower()}
-  cuda_graph_impl: transformer_engine
-  cuda_graph_modules:
-  - _target_: megatron.core.transformer.enums.CudaGraphScope
-    _call_: true
-    _args_:
-    - 1
-    _name_: attn
+  cuda_graph_impl: {"transformer_engine" if graphs else "none"}
+  cuda_graph_modules:{_GRAPH_MODULES if graphs else " []"}
   params_dtype:
     _target_: torch.bfloat16
     _call_: false

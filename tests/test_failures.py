@@ -332,6 +332,14 @@ def test_check_reports_the_shared_expert_overlap_flex_turns_off(tmp_path: Path) 
     assert doc["intended"] == [] and code == plain  # nothing lost: the exit code is check's own
 
 
+def test_a_lost_override_alone_makes_check_exit_1(tmp_path: Path) -> None:
+    saved = lf.saved_bridge_config(dispatcher="alltoall", backend=None, shared_expert_overlap=False, graphs=False)
+    code, quiet, doc = _check(tmp_path, saved, "model.moe_token_dispatcher_type=flex\n", "-g", "gb200", "-q")
+    plain, _, _ = run_cli("check", str(tmp_path / "saved.yaml"), "-m", "qwen3-30b-a3b", "-n", "16", "-g", "gb200")
+    assert plain == 0 and code == 1 and [o["key"] for o in doc["intended"]] == ["model.moe_token_dispatcher_type"]
+    assert quiet.strip().endswith("1 intended overrides not held")
+
+
 def test_intended_needs_the_saved_yaml(tmp_path: Path) -> None:
     (tmp_path / "args.txt").write_text("--tensor-model-parallel-size 1 --seq-length 4096", encoding="utf-8")
     (tmp_path / "intended.txt").write_text("model.seq_length=4096\n", encoding="utf-8")
