@@ -35,7 +35,8 @@ SEQ = typer.Option(None, "--seq-len", "-s", help="tokens per sequence: 4096, 32k
 FROM_PLAN = typer.Option(
     None,
     "--from-plan",
-    help="plan.json (from lcmoe plan --json or --emit, or its directory): estimate that plan's exact settings",
+    help="plan.json (from lcmoe plan --json or --emit, or its directory): estimate that plan's exact "
+    "settings (give the plan's --calibration too, if it had one)",
 )
 PLAN_RANK = typer.Option(1, "--rank", min=1, help="with --from-plan: which plan, 1 = the best (the # column)")
 # With --from-plan the plan fixes the run; these may still be given.
