@@ -445,6 +445,11 @@ CASES: dict[str, Case] = {
     "megatron-args-over-256-kib": Case(
         lambda t: ["check", str(_write(t / "a.sh", "--hidden-size 1024 " * 70_000)), "-n", "16"], needle="arguments"
     ),
+    # rich markup in user text ("[/bold]" closes a tag never opened: MarkupError).
+    "markup-in-log": Case(lambda t: ["diagnose", str(_log(t, "NCCL WARN [/bold] oops [/]\n"))], code=0),
+    "markup-in-model-name": Case(
+        lambda t: ["flops", "-m", str(_model_yaml(t, name="[/bold]evil")), "-s", "4k"], code=0
+    ),
     "sweep-empty-seq-lens": Case(
         lambda t: ["sweep", "-m", "qwen3-30b-a3b", "-n", "16", "--seq-lens", ",,,"], needle="seq-lens"
     ),

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 
 from lcmoe.cli import run_options as ro
 from lcmoe.cli.common import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, JSON, print_json, resolve_hardware, stdout
@@ -225,12 +226,14 @@ def _render(result: dict[str, Any]) -> None:
 
     stdout.print(f"read as: {result['format']}")
     for e in result["errors"]:
-        stdout.print(f"[red]error[/] [{e['rule']}] {e['message']} — fix: {e['fix']} ({e['source']})", highlight=False)
+        text = escape(f"[{e['rule']}] {e['message']} — fix: {e['fix']} ({e['source']})")
+        stdout.print(f"[red]error[/] {text}", highlight=False)
     if not result["errors"]:
         render_estimate(result)
     for a in result["advice"]:
         color = {"warn": "yellow", "error": "red"}.get(a["severity"], "cyan")
-        stdout.print(f"[{color}]{a['severity']}[/] [{a['rule']}] {a['text']}", highlight=False)
+        text = escape(f"[{a['rule']}] {a['text']}")
+        stdout.print(f"[{color}]{a['severity']}[/] {text}", highlight=False)
     for o in result.get("intended", []):
         held = f", saved {o['saved']}" if o["status"] == "reset" else ""
         stdout.print(

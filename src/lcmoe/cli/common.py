@@ -15,6 +15,9 @@ from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.errors import MarkupError
+from rich.markup import escape
+from rich.text import Text
 
 from lcmoe.errors import LcmoeError
 from lcmoe.specs.hardware import HardwareSpec
@@ -37,8 +40,22 @@ def output_width(environ: Mapping[str, str] | None = None, *, is_tty: bool | Non
     return None if is_tty else PIPED_WIDTH
 
 
-stdout = Console(soft_wrap=True, width=output_width())
-stderr = Console(stderr=True, soft_wrap=True)
+class _Console(Console):
+    """A Console that never fails on markup: a user string holding ``[/bold]`` (a log line, a
+    model name) that reached a markup string unescaped is printed as plain text instead of
+    raising MarkupError (issue #31: no input ends in a traceback), wherever rich renders it.
+    Call sites escape user text with ``rich.markup.escape``; this is the safety net."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        # Every string rich renders (print arguments, table titles and cells) passes here.
+        try:
+            return super().render_str(text, **kwargs)
+        except MarkupError:
+            return super().render_str(text, **{**kwargs, "markup": False})
+
+
+stdout = _Console(soft_wrap=True, width=output_width())
+stderr = _Console(stderr=True, soft_wrap=True)
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 JSON = typer.Option(False, "--json", help="print JSON (docs/json-schema.md; JSON Schema in docs/schema/)")
@@ -46,7 +63,7 @@ QUIET = typer.Option(False, "--quiet", "-q", help="one short line for scripts")
 
 
 def abort(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    stderr.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+    stderr.print(f"[bold red]error:[/] {escape(message)}", highlight=False, markup=True)
     raise typer.Exit(code)
 
 

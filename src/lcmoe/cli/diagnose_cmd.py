@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 
 from lcmoe.cli import run_options as ro
 from lcmoe.cli.common import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, JSON, print_json, resolve_hardware, stdout
@@ -229,10 +230,10 @@ def _regression(a: LogSummary, b: LogSummary, json_output: bool, quiet: bool = F
     else:
         stdout.print(report.memory_verdict)
     for key, (old, new) in report.config_diff.items():
-        stdout.print(f"  {key}: {old} → {new}", highlight=False)
+        stdout.print(escape(f"  {key}: {old} → {new}"), highlight=False)
     for cause in report.causes:
         args = ", ".join(cause["arguments"]) if cause["arguments"] else ""  # type: ignore[arg-type]
-        stdout.print(f"likely cause [{cause['rule']}] {cause['effect']} {args}", highlight=False)
+        stdout.print(f"likely cause [{cause['rule']}] {cause['effect']} {escape(args)}", highlight=False)
     raise typer.Exit(code)
 
 
@@ -244,7 +245,7 @@ def _render_diagnosis(result: dict[str, Any]) -> None:
         + (f"; {log['garbage_lines']} unreadable record lines skipped" if log["garbage_lines"] else ""),
         highlight=False,
     )
-    stdout.print(f"config: {result['config_source']}", highlight=False)
+    stdout.print(f"config: {escape(str(result['config_source']))}", highlight=False)
     if "memory" in result:
         m = result["memory"]
         stdout.print(
@@ -262,7 +263,7 @@ def _render_diagnosis(result: dict[str, Any]) -> None:
                 f"{stage['over_bytes'] / GIB:+.1f} GiB over capacity; largest: {parts} GiB"
             )
         for note in oom.get("evidence", []):
-            stdout.print(f"  evidence: {note}", highlight=False)
+            stdout.print(f"  evidence: {escape(str(note))}", highlight=False)
         if oom.get("ladder"):
             stdout.print("  remediation ladder (each one change to the failing config):")
             for rung in oom["ladder"]:
@@ -321,10 +322,11 @@ def _render_diagnosis(result: dict[str, Any]) -> None:
         stdout.print(f"  fix: {known['fix']}", highlight=False)
         stdout.print(f"  source: {', '.join(known['sources'])}", highlight=False)
     for failure in result["comm_failures"][:5]:
-        stdout.print(f"[red]{failure['library']}[/] line {failure['line']}: {failure['text']}", highlight=False)
+        text = escape(str(failure["text"]))
+        stdout.print(f"[red]{failure['library']}[/] line {failure['line']}: {text}", highlight=False)
         stdout.print(f"  fix: {failure['fix']}", highlight=False)
     if not oom and "speed" not in result and result["config_source"].startswith("none"):
-        stdout.print(f"no prediction: config {result['config_source']}")
+        stdout.print(f"no prediction: config {escape(str(result['config_source']))}")
 
 
 def preflight(
