@@ -378,3 +378,12 @@ def test_other_communication_failures_keep_their_generic_handling(tmp_path: Path
     assert code == 1 and [f["pattern"] for f in doc["failures"]] == ["deepep-dispatch-cpu-timeout"]
     assert [c["library"] for c in doc["comm_failures"]] == ["nccl"]
     assert "NCCL_DEBUG=INFO" in doc["comm_failures"][0]["fix"]
+
+
+def test_log_and_override_text_is_printed_not_read_as_markup(tmp_path: Path) -> None:
+    line = "[rank0]: RuntimeError: DeepEP error: timeout (dispatch CPU) [bold] [/] [/x]"
+    code, out, _ = _diagnose(tmp_path, [line])
+    assert code == 1 and "timeout (dispatch CPU) [bold] [/] [/x]" in out
+    saved = lf.saved_bridge_config(dispatcher="alltoall", backend=None, shared_expert_overlap=False)
+    code, out, _ = _check(tmp_path, saved, "model.moe_token_dispatcher_type=[/x]\n", "-g", "gb200")
+    assert "intended ['/x'], saved alltoall" in out  # YAML reads [/x] as a list; printed, not parsed as markup

@@ -236,8 +236,6 @@ def _render(result: dict[str, Any]) -> None:
         stdout.print(f"[{color}]{a['severity']}[/] {text}", highlight=False)
     for o in result.get("intended", []):
         held = f", saved {o['saved']}" if o["status"] == "reset" else ""
-        stdout.print(
-            f"[yellow]override {o['status']}[/] [{o['rule']}] {o['key']}: intended {o['intended']}{held} — "
-            f"{o['why']} ({', '.join(o['sources'])})",
-            highlight=False,
-        )
+        sources = ", ".join(o["sources"])
+        text = escape(f"[{o['rule']}] {o['key']}: intended {o['intended']}{held} — {o['why']} ({sources})")
+        stdout.print(f"[yellow]override {o['status']}[/] {text}", highlight=False)

@@ -314,10 +314,8 @@ def _render_diagnosis(result: dict[str, Any]) -> None:
             else f" (unconfirmed: the log does not say whether {', '.join(known['requires'])}; pass --config or --plan)"
         )
         where = f"line {known['line']}{rank}{times}"
-        stdout.print(
-            f"[red]{known['class']}[/] [{known['rule']}] {known['pattern']}{maybe} — {where}: {known['text']}",
-            highlight=False,
-        )
+        text = escape(f"[{known['rule']}] {known['pattern']}{maybe} — {where}: {known['text']}")
+        stdout.print(f"[red]{known['class']}[/] {text}", highlight=False)
         stdout.print(f"  why: {known['explanation']}", highlight=False)
         stdout.print(f"  fix: {known['fix']}", highlight=False)
         stdout.print(f"  source: {', '.join(known['sources'])}", highlight=False)
