@@ -101,6 +101,24 @@ def test_wide_terminal_gets_the_tables(qwen_plans: tuple[Path, dict[str, Any]]) 
         assert value in text, value
 
 
+def test_long_comma_lists_wrap_between_entries_in_the_table(qwen_plans: tuple[Path, dict[str, Any]]) -> None:
+    """A plan with long recompute and graph lists keeps the table at 200 columns (the lists wrap
+    between entries, never cut) and turns into cards where even that cannot fit."""
+    _, payload = qwen_plans
+    doc = json.loads(json.dumps(payload))
+    plan = doc["plans"][0]
+    plan["recompute"] = {"granularity": "selective", "modules": ["layernorm", "mla_up_proj", "moe_act"]}
+    plan["cuda_graph_scope"] = ["attn", "moe_preprocess", "moe_router"]
+    plan["layout"]["pipeline_layout"] = "Et*3|" + "t*4|" * 14 + "t*2mL"
+    wide = _render(doc, 200)
+    assert "┏" in wide and "…" not in wide
+    assert all(name in wide for name in ("layernorm,", "mla_up_proj,", "moe_act", "moe_preprocess,", "moe_router"))
+    assert "Et*3|" + "t*4|" * 14 + "t*2mL" in wide
+    narrow = _render(doc, 120)
+    assert "┏" not in narrow and "…" not in narrow
+    assert "layernorm, mla_up_proj, moe_act" in narrow and "attn, moe_preprocess, moe_router" in narrow
+
+
 def test_columns_is_respected_when_piped() -> None:
     from lcmoe.cli.common import PIPED_WIDTH, output_width
 
