@@ -16,6 +16,7 @@ import pytest
 
 from lcmoe.diagnose.logs import MAX_ITERATIONS, read_log
 from tests import log_fixtures as lf
+from tests.conftest import run_cli
 from tests.fuzz_surfaces import SURFACES, run_surface
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,6 +42,16 @@ def _leftovers(parent: Path, name: str) -> list[str]:
     return sorted(p.name for p in parent.iterdir() if p.name.startswith(f".{name}."))
 
 
+def test_non_empty_emit_target_is_refused_before_the_search(tmp_path: Path) -> None:
+    target = tmp_path / "plan"
+    target.mkdir()
+    (target / "keep.txt").write_text("old plan\n", encoding="utf-8")
+    started = time.monotonic()
+    code, _, err = run_cli("plan", "-m", "deepseek-v3", "-g", "h100", "-n", "512", "-s", "256k", "--emit", str(target))
+    assert code == 2 and "not empty" in err and time.monotonic() - started < 5
+    assert sorted(p.name for p in target.iterdir()) == ["keep.txt"]
+
+
 def test_sigint_during_search_leaves_no_files(tmp_path: Path) -> None:
     target = tmp_path / "plan"
     target.mkdir()
@@ -61,6 +72,7 @@ def test_sigint_during_search_leaves_no_files(tmp_path: Path) -> None:
             "256k",
             "--emit",
             str(target),
+            "--force",  # a non-empty target is refused before the search without it
             "--yes",
             "--json",
         ],
