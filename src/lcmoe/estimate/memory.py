@@ -1050,20 +1050,21 @@ def stage_mixer_transients(
     (``mamba_scan_backward_bytes``). The TE ring-CP forward
     (``cp_p2p_attention_forward_bytes``) is left out until a measurement settles it."""
     del options
+    if not (model.is_dsa or model.linear_attention_type or model.mamba_num_heads):
+        return 0.0, 0.0  # the planner's hot path: most models hold none of these mixers
     firsts = [first for first, count in stage.layer_groups if count]
     if stage.mtp_layers:
         firsts.append(model.mtp_layer)
+    kinds = {attention_kind(model, layer) for layer in firsts}
     forward = backward = 0.0
-    for layer in firsts:
-        kind = attention_kind(model, layer)
-        if kind is AttentionKind.MLA and model.is_dsa:
-            if model.has_dsa_indexer(layer):
-                forward = max(forward, dsa_kernel_scratch_bytes(model, shape))
-            backward = max(backward, dsa_sparse_backward_bytes(model, shape))
-        elif kind is AttentionKind.GDN:
-            backward = max(backward, gdn_chunk_backward_bytes(model, shape))
-        elif kind is AttentionKind.MAMBA:
-            backward = max(backward, mamba_scan_backward_bytes(model, shape))
+    if model.is_dsa and AttentionKind.MLA in kinds:
+        if any(model.has_dsa_indexer(layer) for layer in firsts):
+            forward = dsa_kernel_scratch_bytes(model, shape)
+        backward = dsa_sparse_backward_bytes(model, shape)
+    if AttentionKind.GDN in kinds:
+        backward = max(backward, gdn_chunk_backward_bytes(model, shape))
+    if AttentionKind.MAMBA in kinds:
+        backward = max(backward, mamba_scan_backward_bytes(model, shape))
     return forward, backward
 
 
