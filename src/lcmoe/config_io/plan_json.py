@@ -30,9 +30,9 @@ def read_plan(path: str | Path) -> dict[str, Any]:
     text = read_text_capped(source, field="--plan", max_bytes=MAX_PLAN_BYTES)
     try:
         doc = load_json(text, origin=f"--plan {path}")
-    except LcmoeError:
+    except LcmoeError as exc:  # not JSON, too deep, or a number too long: say which
         raise LcmoeError(
-            "--plan", str(path), "is not JSON lcmoe can read", "pass plan.json from lcmoe plan --emit or --json"
+            "--plan", str(path), f"is not a plan lcmoe can read ({exc.rule})", "pass plan.json from lcmoe plan --emit"
         ) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("plans"), list) or not isinstance(doc.get("inputs"), dict):
         raise LcmoeError("--plan", str(path), "has no 'inputs' and 'plans'", "pass plan.json from lcmoe plan --emit")
