@@ -30,6 +30,7 @@ WALL_SECONDS = 10.0  # the issue's budget for any command on any input ≤ 10 MB
 STARTUP_SECONDS = 5.0  # interpreter + imports on a loaded 2-core CI machine
 RSS_BYTES = 1024**3  # the issue's ≤ 1 GB
 ADDRESS_SPACE = 3 * 1024**3  # hard stop well before a runaway allocation hurts the machine
+SEARCH_SECONDS = 120.0  # a case that runs a real plan search first (the search is not the hostile part)
 MAX_MESSAGE = 1500  # one sentence: ~200 characters of value plus the rule and the fix
 
 ESTIMATE = ["estimate", "-m", "qwen3-30b-a3b", "-n", "16", "-s", "4k", "--ep", "8", "-q"]
@@ -56,6 +57,7 @@ def run_lcmoe(
     env: dict[str, str] | None = None,
     stdin: int | None = subprocess.DEVNULL,
     stdout: int | None = subprocess.PIPE,
+    budget: float = WALL_SECONDS,
 ) -> Outcome:
     """Run ``lcmoe argv`` in a fresh interpreter under the budget; measure its time and RSS."""
     environ = dict(os.environ, **(env or {}))
@@ -71,11 +73,11 @@ def run_lcmoe(
         preexec_fn=_limits,
     )
     try:
-        out, err = proc.communicate(timeout=WALL_SECONDS + STARTUP_SECONDS)
+        out, err = proc.communicate(timeout=budget + STARTUP_SECONDS)
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()
-        pytest.fail(f"lcmoe {' '.join(argv)[:200]} ran past {WALL_SECONDS + STARTUP_SECONDS:g} s")
+        pytest.fail(f"lcmoe {' '.join(argv)[:200]} ran past {budget + STARTUP_SECONDS:g} s")
     seconds = time.perf_counter() - start
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return Outcome(
@@ -87,18 +89,18 @@ def run_lcmoe(
     )
 
 
-def run_in_process(argv: list[str]) -> Outcome:
+def run_in_process(argv: list[str], budget: float = WALL_SECONDS) -> Outcome:
     """``lcmoe argv`` in this interpreter (tests.conftest.run_cli) under the wall-clock budget."""
     from tests.conftest import run_cli
     from tests.fuzz_surfaces import time_limit
 
     start = time.perf_counter()
-    with time_limit(WALL_SECONDS):
+    with time_limit(budget):
         code, out, err = run_cli(*argv)
     return Outcome(code, out, err, time.perf_counter() - start, 0)
 
 
-def assert_refused(result: Outcome, *, code: int = 2, needle: str = "") -> None:
+def assert_refused(result: Outcome, *, code: int = 2, needle: str = "", budget: float = WALL_SECONDS) -> None:
     """Exit ``code`` with one short message (no traceback), within the budget."""
     text = result.out + result.err
     assert "Traceback" not in text, text[-1500:]
@@ -107,7 +109,7 @@ def assert_refused(result: Outcome, *, code: int = 2, needle: str = "") -> None:
     assert message, "refused without a message"
     assert len(message) <= MAX_MESSAGE, message[:300]
     assert needle.lower() in message.lower(), message[:600]
-    assert result.seconds <= WALL_SECONDS + STARTUP_SECONDS
+    assert result.seconds <= budget + STARTUP_SECONDS
 
 
 def _write(path: Path, text: str) -> Path:
@@ -167,6 +169,9 @@ class Case:
     # Run in a subprocess under the address-space limit: cases that once exhausted memory, hung
     # or spun (the rest run in-process, which is faster, under the same wall-clock budget).
     isolate: bool = False
+    # Seconds allowed: the issue's 10 s, or more for cases whose hostile part comes after a real
+    # plan search (a report written to a bad path), which takes longer on a loaded CI machine.
+    budget: float = WALL_SECONDS
 
 
 HUGE_INT = "9" * 5000
@@ -256,11 +261,16 @@ CASES: dict[str, Case] = {
             "16",
         ]
     ),
-    "report-under-proc": Case(lambda t: ["report", *PLAN[1:9], "--sweep", "4k", "--out", "/proc/lcmoe-hostile/r.html"]),
-    "report-under-a-file": Case(
-        lambda t: ["report", *PLAN[1:9], "--sweep", "4k", "--out", str(_write(t / "f", "x") / "r.html")]
+    "report-under-proc": Case(
+        lambda t: ["report", *PLAN[1:9], "--sweep", "4k", "--out", "/proc/lcmoe-hostile/r.html"], budget=SEARCH_SECONDS
     ),
-    "report-to-dev-full": Case(lambda t: ["report", *PLAN[1:9], "--sweep", "4k", "--out", "/dev/full"], isolate=True),
+    "report-under-a-file": Case(
+        lambda t: ["report", *PLAN[1:9], "--sweep", "4k", "--out", str(_write(t / "f", "x") / "r.html")],
+        budget=SEARCH_SECONDS,
+    ),
+    "report-to-dev-full": Case(
+        lambda t: ["report", *PLAN[1:9], "--sweep", "4k", "--out", "/dev/full"], isolate=True, budget=SEARCH_SECONDS
+    ),
     "calibrate-under-a-file": Case(
         lambda t: [
             "calibrate",
@@ -479,17 +489,21 @@ def _write_bytes(path: Path, data: bytes) -> Path:
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_hostile_input_is_refused_cleanly(name: str, tmp_path: Path, base_plan: str) -> None:
+def test_hostile_input_is_refused_cleanly(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     case = CASES[name]
-    (tmp_path / "base_plan.json").write_text(base_plan, encoding="utf-8")
+    if "plan-json" in name:  # only these edit a real plan.json (a plan search, done once)
+        (tmp_path / "base_plan.json").write_text(request.getfixturevalue("base_plan"), encoding="utf-8")
     argv = case.setup(tmp_path)
-    result = run_lcmoe(argv, cwd=tmp_path, env=case.env) if case.isolate else run_in_process(argv)
+    if case.isolate:
+        result = run_lcmoe(argv, cwd=tmp_path, env=case.env, budget=case.budget)
+    else:
+        result = run_in_process(argv, case.budget)
     if case.code == 0:
         text = result.out + result.err
         assert "Traceback" not in text and result.code in (0, 1), (result.code, text[-800:])
-        assert result.seconds <= WALL_SECONDS + STARTUP_SECONDS
+        assert result.seconds <= case.budget + STARTUP_SECONDS
     else:
-        assert_refused(result, code=case.code, needle=case.needle)
+        assert_refused(result, code=case.code, needle=case.needle, budget=case.budget)
     assert result.max_rss_bytes <= RSS_BYTES, result.max_rss_bytes
 
 
@@ -507,7 +521,7 @@ def test_closed_stdout_exits_without_traceback(when: str, tmp_path: Path) -> Non
         preexec_fn=_close_stdout if when == "at-start" else None,
         cwd=tmp_path,
         stderr=subprocess.PIPE,
-        timeout=60,
+        timeout=SEARCH_SECONDS,
         check=False,
         env=dict(os.environ, PYTHONPATH=os.environ.get("PYTHONPATH", str(REPO / "src"))),
     )
@@ -523,7 +537,7 @@ def test_full_stdout_exits_without_traceback(tmp_path: Path) -> None:
             cwd=tmp_path,
             stdout=full,
             stderr=subprocess.PIPE,
-            timeout=60,
+            timeout=SEARCH_SECONDS,
             check=False,
             env=dict(os.environ, PYTHONPATH=os.environ.get("PYTHONPATH", str(REPO / "src"))),
         )
@@ -534,7 +548,8 @@ def test_full_stdout_exits_without_traceback(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("argv", [["models"], ["hardware"], PLAN[:-1], ["flops", "-m", "deepseek-v3", "-s", "128k"]])
 def test_ascii_stdout_falls_back_cleanly(argv: list[str], tmp_path: Path) -> None:
-    result = run_lcmoe(argv, cwd=tmp_path, env={"PYTHONIOENCODING": "ascii", "LC_ALL": "C", "LANG": "C"})
+    env = {"PYTHONIOENCODING": "ascii", "LC_ALL": "C", "LANG": "C"}
+    result = run_lcmoe(argv, cwd=tmp_path, env=env, budget=SEARCH_SECONDS)
     text = result.out + result.err
     assert "Traceback" not in text and "UnicodeEncodeError" not in text, text[-800:]
     assert result.code == 0, text[-800:]
@@ -581,6 +596,7 @@ def test_report_escapes_a_model_name(tmp_path: Path) -> None:
     result = run_lcmoe(
         ["report", "-m", str(model), "-n", "16", "-s", "4k", "--top", "1", "--sweep", "4k", "--out", str(out), "-q"],
         cwd=tmp_path,
+        budget=SEARCH_SECONDS,
     )
     assert result.code == 0, result.err[-800:]
     for path in (out, out.with_suffix(".md")):
