@@ -75,6 +75,14 @@ def test_plan_json_schema_and_guidance_comparison() -> None:
     # The guidance layout is legal and fits; lcmoe ranks it or names a faster plan and the gap.
     assert reference["violations"] == [] and reference["memory"]["fits"]
     assert reference["rank_among_plans"] <= 3 or reference["gap_to_best_pct"] > 0
+    # Equal work: one GBS for every plan and the guidance layout, and a band on each; the guidance
+    # layout is a measured run (long_context.csv), so its band is the base term alone.
+    gbs = payload["gbs"]["value"]
+    assert payload["gbs"]["chosen_by"] == "lcmoe" and gbs
+    assert {p["layout"]["gbs"] for p in [*payload["plans"], payload["fallback"], reference]} == {gbs}
+    assert reference["time"]["evidence"]["penalty_pct"] == pytest.approx(0.0)
+    assert all(p["time"]["band_pct"] > 0 and p["time"]["evidence"]["run"] for p in payload["plans"])
+    assert isinstance(reference["gain_exceeds_band"], bool)
 
 
 def test_too_few_gpus_says_how_many() -> None:

@@ -11,12 +11,17 @@ from rich.table import Table
 
 from lcmoe.cli import run_options as ro
 from lcmoe.cli.common import EXIT_FINDINGS, JSON, print_json, resolve_hardware, resolve_model, stderr, stdout
+from lcmoe.cli.emit_options import DATA_PATHS, EMIT, FORCE, RUN_SCRIPT, check_emit_options, emit_plan
 from lcmoe.plan.format import (
     at_risk_note,
+    band_text,
     layout_text,
     model_notes,
     peft_text,
+    plans_title,
+    ranking_notes,
     recompute_text,
+    reference_text,
 )
 from lcmoe.plan.payload import plan_payload
 
@@ -27,6 +32,23 @@ TOP = typer.Option(5, "--top", min=1, max=50, help="how many plans to list")
 MARGIN = typer.Option(0.05, "--margin", help="memory safety margin")
 MCORE = typer.Option("0.19.2", "--megatron-core-version", help="the Megatron-Core release the rules target")
 SWEEP_DEFAULT = "4k,16k,32k,64k,128k,256k"
+RANK = typer.Option(
+    "conservative",
+    "--rank",
+    help="conservative: rank by the band's lower edge of tokens/s/GPU; expected: by the prediction",
+)
+
+
+def _time_evidence() -> Any:
+    """The measured runs behind the time bands (data/time_evidence.yaml), read once per command."""
+    from importlib import resources
+
+    import yaml
+
+    from lcmoe.estimate.band import evidence_from_dict
+
+    text = resources.files("lcmoe.data").joinpath("time_evidence.yaml").read_text(encoding="utf-8")
+    return evidence_from_dict(yaml.safe_load(text) or {})
 
 
 def _progress_search(request: Any, quiet: bool) -> Any:
@@ -71,6 +93,8 @@ def _request(
     gpus_per_node: int | None,
     calibration: Path | None = None,
     peft: dict[str, Any] | None = None,
+    rank: str = "conservative",
+    evidence: Any = None,
 ) -> Any:
     from lcmoe.errors import LcmoeError
     from lcmoe.plan.search import PlanRequest
@@ -95,6 +119,8 @@ def _request(
             raise LcmoeError("--dispatchers", d, f"must be among {', '.join(DISPATCHERS)}", "e.g. alltoall,deepep")
     if not 0 <= margin < 0.9:
         raise LcmoeError("--margin", margin, "must be a fraction in [0, 0.9)", "e.g. 0.05")
+    if rank not in ("conservative", "expected"):
+        raise LcmoeError("--rank", rank, "must be conservative or expected", "e.g. --rank expected")
     return PlanRequest(
         model=spec,
         hardware=hardware,
@@ -109,6 +135,8 @@ def _request(
         allow_offload=not no_offload,
         allow_cuda_graphs=not no_cuda_graphs,
         time_coefficients=ro.time_coefficients(calibration, hardware),
+        time_evidence=evidence if evidence is not None else _time_evidence(),
+        rank="expected" if rank == "expected" else "conservative",
         **(peft or {}),
     )
 
@@ -126,7 +154,10 @@ def plan(
     megatron_core_version: str = MCORE,
     no_offload: bool = typer.Option(False, "--no-offload", help="never offload the optimizer"),
     no_cuda_graphs: bool = typer.Option(False, "--no-cuda-graphs", help="variable-length data: no CUDA graphs"),
-    emit: Path = typer.Option(None, "--emit", help="write configs and launchers for the top plan to DIR"),
+    emit: Path = EMIT,
+    force: bool = FORCE,
+    data_paths: list[str] = DATA_PATHS,
+    run_script: str = RUN_SCRIPT,
     report_dir: Path = typer.Option(None, "--report", help="write report.html / report.md (with plots) to DIR"),
     steps: int = typer.Option(100, "--steps", min=1, help="training steps for the GPU-hour estimate (--emit)"),
     yes: bool = typer.Option(False, "--yes", help="confirm writing a launcher for more than 64 GPUs"),
@@ -146,10 +177,24 @@ def plan(
     lora_rank: int = ro.LORA_RANK,
     lora_targets: str = ro.LORA_TARGETS_OPTION,
     lora_input_regather: bool = ro.LORA_REGATHER,
+    rank: str = RANK,
     json_output: bool = JSON,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="best plan line only"),
 ) -> None:
     """Search every legal layout for MODEL on GPUS × GPU at SEQ_LEN; rank by predicted tokens/s/GPU."""
+    launch = dict(
+        job_name=job_name,
+        mounts=mounts,
+        account=account,
+        partition=partition,
+        time_limit=time_limit,
+        pip_index_url=pip_index_url,
+        container=container,
+        run_script=run_script,
+        data_paths=data_paths,
+    )
+    if emit is not None:
+        check_emit_options(emit, launch, force=force)
     request = _request(
         model,
         gpu,
@@ -169,26 +214,14 @@ def plan(
         gpus_per_node,
         calibration,
         ro.peft_options(peft, lora_rank, lora_targets, lora_input_regather),
+        rank,
     )
     result = _search_or_min_gpus(request, quiet or json_output)
     payload = plan_payload(request, result)
     if emit is not None and result.plans:
-        from lcmoe.config_io.bridge import recipe_for
-        from lcmoe.emit.launchers import DEFAULT_CONTAINER, LaunchSettings
-        from lcmoe.emit.writer import write_plan_directory
-
-        best = result.plans[0].run
-        settings = LaunchSettings(
-            job_name=job_name or f"lcmoe-{best.model.name}",
-            recipe=recipe_for(best.model, best.options),
-            mounts=tuple(mounts),
-            account=account,
-            partition=partition,
-            time_limit=time_limit,
-            pip_index_url=pip_index_url,
-            container_image=container or DEFAULT_CONTAINER,
+        emit_plan(
+            emit, payload, result, steps=steps, confirmed=yes, force=force, launch=launch, quiet=quiet or json_output
         )
-        write_plan_directory(emit, payload, result, steps=steps, confirmed=yes, settings=settings)
     if report_dir is not None:
         _write_report(request, result, Path(report_dir) / "report.html", SWEEP_DEFAULT, calibration)
     if json_output:
@@ -244,6 +277,7 @@ def report(
     lora_rank: int = ro.LORA_RANK,
     lora_targets: str = ro.LORA_TARGETS_OPTION,
     lora_input_regather: bool = ro.LORA_REGATHER,
+    rank: str = RANK,
     json_output: bool = typer.Option(False, "--json", help="print the plan JSON the report shows"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the written paths"),
 ) -> None:
@@ -267,6 +301,7 @@ def report(
         gpus_per_node,
         calibration,
         ro.peft_options(peft, lora_rank, lora_targets, lora_input_regather),
+        rank,
     )
     result = _search_or_min_gpus(request, quiet or json_output)
     written = _write_report(request, result, out, sweep_lengths, calibration)
@@ -289,6 +324,7 @@ def _print_quiet(payload: dict[str, Any]) -> None:
             f"{best['dispatcher']} offload={best['optimizer_offload_fraction']:g} "
             + (f"lora=r{best['peft']['rank']} " if best.get("peft") else "")
             + f"tokens/s/GPU={best['time']['tokens_per_sec_per_gpu']:.0f}"
+            + (f" band=±{best['time']['band_pct']:.0f}%" if best["time"].get("band_pct") is not None else "")
         )
     else:
         stdout.print(f"no plan fits; at least {payload.get('min_gpus_needed') or '?'} GPUs needed")
@@ -319,9 +355,8 @@ def render_plans(payload: dict[str, Any]) -> None:
         return
     from lcmoe.cli.plan_view import print_plans
 
-    # a table when it fits the width, else cards
-    print_plans(stdout, payload, "plans, fastest first (memory = worst stage, reserved)")
-    for note in [at_risk_note(payload), *model_notes(payload)]:
+    print_plans(stdout, payload, plans_title(payload))  # a table when it fits the width, else cards
+    for note in [at_risk_note(payload), *model_notes(payload), *ranking_notes(payload)]:
         if note:
             stdout.print(note, highlight=False)
     for i, p in enumerate(payload["plans"][:3]):
@@ -330,13 +365,7 @@ def render_plans(payload: dict[str, Any]) -> None:
             stdout.print(f"  [{reason['rule']}] {reason['text']}", highlight=False)
     ref = payload.get("reference")
     if ref:
-        verdict = "legal" if not ref["violations"] else "illegal: " + "; ".join(v["message"] for v in ref["violations"])
-        fits = "fits" if ref["memory"]["fits"] else "does not fit"
-        stdout.print(
-            f"[bold]{ref['name']}[/]: {verdict}, {fits}, predicted rank {ref['rank_among_plans']} "
-            f"({ref['gap_to_best_pct']:.0f}% below plan 1). The time model has no measurements of the "
-            "faster layouts it prefers; treat the gap as a hypothesis to A/B, not a fact."
-        )
+        stdout.print(reference_text(ref), highlight=False)
 
 
 def sweep(
@@ -355,6 +384,7 @@ def sweep(
     lora_rank: int = ro.LORA_RANK,
     lora_targets: str = ro.LORA_TARGETS_OPTION,
     lora_input_regather: bool = ro.LORA_REGATHER,
+    rank: str = RANK,
     json_output: bool = JSON,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="one line per sequence length"),
 ) -> None:
@@ -362,6 +392,7 @@ def sweep(
     from lcmoe.units import parse_token_count
 
     rows: list[dict[str, Any]] = []
+    evidence = _time_evidence()
     for text in ro.seq_len_texts(seq_lens, field="--seq-lens"):
         seq = parse_token_count(text.strip(), field="--seq-lens")
         request = _request(
@@ -383,6 +414,8 @@ def sweep(
             gpus_per_node,
             calibration,
             ro.peft_options(peft, lora_rank, lora_targets, lora_input_regather),
+            rank,
+            evidence,
         )
         result = _progress_search(request, json_output)
         best = result.plans[0].as_dict() if result.plans else None
@@ -401,12 +434,12 @@ def sweep(
             stdout.print(f"{row['seq_len']} {text}", highlight=False)
         return
     table = Table(title=f"best plan per sequence length — {model} on {gpus} × {gpu}")
-    for col in ("seq", "layout", "recompute", "precision", "offload", "peak GiB", "TFLOP/s/GPU", "MFU"):
+    for col in ("seq", "layout", "recompute", "precision", "offload", "peak GiB", "TFLOP/s/GPU", "band", "MFU"):
         table.add_column(col, justify="left" if col in ("layout", "recompute") else "right")
     for row in rows:
         p = row["plan"]
         if p is None:
-            table.add_row(str(row["seq_len"]), "no plan fits", "", "", "", "", "", "")
+            table.add_row(str(row["seq_len"]), "no plan fits", "", "", "", "", "", "", "")
             continue
         table.add_row(
             str(row["seq_len"]),
@@ -416,6 +449,7 @@ def sweep(
             f"{p['optimizer_offload_fraction']:g}",
             f"{p['memory']['peak_reserved_bytes'] / 1024**3:.1f}",
             f"{p['time']['model_tflops_per_gpu']:.0f}",
+            band_text(p["time"]),
             f"{100 * p['time']['mfu']:.1f}%",
         )
     stdout.print(table)

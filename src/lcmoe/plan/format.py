@@ -17,6 +17,7 @@ PLAN_COLUMNS = (
     "peak GiB / cap",
     "step s",
     "tok/s/GPU",
+    "band",
     "TFLOP/s/GPU",
     "MFU",
 )
@@ -78,6 +79,7 @@ def plan_row(label: str, p: dict[str, Any]) -> list[str]:
         + (AT_RISK if mem.get("oom_risk") else ""),
         f"{time['step_seconds']:.2f}",
         f"{time['tokens_per_sec_per_gpu']:.0f}",
+        band_text(time),
         f"{time['model_tflops_per_gpu']:.0f}",
         f"{100 * time['mfu']:.1f}%",
     ]
@@ -98,3 +100,82 @@ def peft_text(peft: dict[str, Any] | None) -> str:
     if not peft:
         return ""
     return f"LoRA finetuning: frozen base, rank {peft['rank']} adapters on {', '.join(peft['targets'])}"
+
+
+# ----- time bands, rank mode and the common GBS (estimate.band; docs/json-schema.md) -----------------
+def band_text(time: dict[str, Any]) -> str:
+    """The band column: ± percent of tokens/s/GPU ("-" without evidence)."""
+    band = time.get("band_pct")
+    return "-" if band is None else f"±{band:.0f}%"
+
+
+def evidence_text(time: dict[str, Any]) -> str:
+    """Where a band comes from: the nearest measured run and each step away from it."""
+    evidence = time.get("evidence")
+    if not evidence:
+        return ""
+    steps = [f"{name} {d:g}" for name, d in evidence["distance"].items() if d]
+    away = f"; away from it by {', '.join(steps)}" if steps else " (the same shape)"
+    return (
+        f"±{time['band_pct']:.0f}% = {evidence['base_pct']:.0f}% (leave-one-model-out error of the runs nearest it) "
+        f"+ {evidence['penalty_pct']:.0f}% extrapolation; nearest measured run: {evidence['run']}{away}"
+    )
+
+
+def plans_title(payload: dict[str, Any]) -> str:
+    """The plans table's title, naming what the plans are ranked by."""
+    rank = payload.get("rank") or {}
+    if rank.get("mode") == "conservative" and rank.get("bands"):
+        return "plans, best first by the band's lower edge of tok/s/GPU (memory = worst stage, reserved)"
+    return "plans, fastest first (memory = worst stage, reserved)"
+
+
+def ranking_notes(payload: dict[str, Any]) -> list[str]:
+    """The common GBS and why; how the plans are ranked and what a band is; plan 1's evidence."""
+    notes = []
+    gbs = payload.get("gbs") or {}
+    if gbs.get("why"):
+        notes.append(str(gbs["why"]))
+    rank = payload.get("rank") or {}
+    if rank.get("bands"):
+        how = (
+            "ranked by the band's lower edge (--rank conservative): a layout far from any measured run wins only "
+            "if it wins when the model is as wrong as it has been"
+            if rank.get("mode") == "conservative"
+            else "ranked by the prediction (--rank expected)"
+        )
+        evidence = rank.get("evidence") or {}
+        held = (
+            f" (it held {100 * evidence['coverage']:.0f}% of the {evidence['runs']} measured runs, each predicted "
+            "without its own model)"
+            if evidence.get("coverage") is not None
+            else ""
+        )
+        notes.append(f"{how}; band = how far measured tokens/s has fallen from predictions like it{held}")
+        if payload["plans"]:
+            notes.append("plan 1 " + evidence_text(payload["plans"][0]["time"]))
+    return notes
+
+
+def reference_text(ref: dict[str, Any]) -> str:
+    """The guidance layout's line: legality, fit, rank, and whether plan 1's gain over it is
+    larger than plan 1's band."""
+    verdict = "legal" if not ref["violations"] else "illegal: " + "; ".join(v["message"] for v in ref["violations"])
+    fits = "fits" if ref["memory"]["fits"] else "does not fit"
+    text = f"{ref['name']}: {verdict}, {fits}, predicted rank {ref['rank_among_plans']}"
+    band_of_ref = f"its band {band_text(ref['time'])}" if ref["time"].get("band_pct") is not None else ""
+    gain, exceeds = ref.get("gain_of_best_pct"), ref.get("gain_exceeds_band")
+    if gain is None:
+        return text + (f" ({band_of_ref})" if band_of_ref else "") + "."
+    if gain <= 0:
+        return (
+            text + f" (predicted {-gain:.0f}% faster than plan 1" + (f"; {band_of_ref}" if band_of_ref else "") + ")."
+        )
+    text += f" (plan 1 predicts {gain:.0f}% more tokens/s/GPU"
+    if exceeds is None:
+        return text + "). The time model has no measurements of the faster layouts it prefers; A/B before trusting it."
+    if exceeds:
+        judged = "larger than plan 1's band: plan 1 is faster even at its band's lower edge"
+    else:
+        judged = "within plan 1's band: a hypothesis to A/B, not a fact"
+    return text + f"; the gain is {judged}; {band_of_ref})."

@@ -21,9 +21,11 @@ def reference_entries() -> tuple[dict[str, Any], ...]:
 
 
 def reference_run(
-    model: ModelSpec, hardware: HardwareSpec, num_gpus: int, seq_len: int
+    model: ModelSpec, hardware: HardwareSpec, num_gpus: int, seq_len: int, gbs: int | None = None
 ) -> tuple[str, RunConfig] | None:
-    """The guidance layout for exactly this request, if the guidance gives one."""
+    """The guidance layout for exactly this request, if the guidance gives one, at ``gbs`` (the
+    GBS the request's plans run, rounded to a legal multiple for this layout if it is not one;
+    None: GA = 4·PP, ``run.default_global_batch``)."""
     for entry in reference_entries():
         if (entry["model"], entry["gpu"], entry["gpus"], entry["seq_len"]) != (
             model.name,
@@ -34,7 +36,16 @@ def reference_run(
             continue
         lay = entry["layout"]
         layout = build_layout(
-            model, num_gpus, tp=lay["tp"], cp=lay["cp"], ep=lay["ep"], etp=lay["etp"], pp=lay["pp"], vpp=lay["vpp"]
+            model,
+            num_gpus,
+            tp=lay["tp"],
+            cp=lay["cp"],
+            ep=lay["ep"],
+            etp=lay["etp"],
+            pp=lay["pp"],
+            vpp=lay["vpp"],
+            gbs=gbs,
+            round_gbs=True,
         )
         options = TrainingOptions(
             seq_len=seq_len,

@@ -1,4 +1,7 @@
-"""Search every legal layout, prune by memory, rank by predicted tokens/s/GPU.
+"""Search every legal layout, prune by memory, rank by predicted tokens/s/GPU — by default by the
+lower edge of its time band (``estimate.band``: how wrong the model has been on the nearest
+measured runs, plus a penalty for extrapolating from them), so an extrapolated layout leads only
+if it leads even when the model is as wrong as it has been (``PlanRequest.rank``).
 
 Stages (one way): enumerate parallel layouts (TP, CP, EP, ETP, PP, VPP, MBS, GBS) → legality
 (rules.legality) → a model-state lower bound (cheap) → for each surviving layout and precision,
@@ -6,8 +9,9 @@ the recompute ladder (none → narrow selective sets → full) × optimizer offl
 {0, .25, .5, .75, 1} until memory fits, since memory falls and time rises along both → then
 dispatcher, CUDA-graph scope and EP-overlap variants of the fitting option set → rank.
 
-The result keeps the Pareto front (memory vs throughput), a diverse top-k (one plan per
-parallel layout) and a conservative fallback with more headroom.
+Without a requested GBS every candidate runs one GBS (``common_global_batch``), so ranks
+compare equal work. The result keeps the Pareto front (memory vs throughput), a diverse top-k
+(one plan per parallel layout) and a conservative fallback with more headroom.
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from lcmoe.config_io.bridge import keeps_bf16_grad_buffer, recipe_name
 from lcmoe.errors import LcmoeError
+from lcmoe.estimate.band import RunDescriptor, TimeBand, TimeEvidence, describe_run, time_band
 from lcmoe.estimate.memory import MemoryEstimate, StagedLayout, estimate_memory, stage_state_bytes, staged_layout
 from lcmoe.estimate.time import TimeCoefficients, TimeEstimate, estimate_time, shipped_time_coefficients
 from lcmoe.layout import (
@@ -33,6 +39,12 @@ from lcmoe.specs.model import ModelSpec
 from lcmoe.workload import LORA_TARGETS, Peft, RecomputeGranularity, TrainingOptions
 
 OFFLOAD_FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)
+RankMode = Literal["conservative", "expected"]
+RANK_MODES: tuple[RankMode, ...] = ("conservative", "expected")
+# The floor on tokens per step of the common GBS (``common_global_batch``): 4 Mi tokens, Llama 3's
+# initial pre-training batch ("an initial batch size of 4M tokens", arXiv:2407.21783 §3.4.1);
+# DeepSeek-V3's 128K extension stage ran 480 × 128K ≈ 63M (arXiv:2412.19437 §4.3).
+MIN_TOKENS_PER_STEP = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +62,11 @@ class PlanRequest:
     allow_offload: bool = True
     allow_cuda_graphs: bool = True
     time_coefficients: TimeCoefficients | None = None  # a user calibration; None = shipped
+    # The measured runs behind the time bands (data/time_evidence.yaml, loaded by the CLI); None:
+    # no bands, plans rank by the predicted tokens/s.
+    time_evidence: TimeEvidence | None = None
+    # conservative: rank by the band's lower edge of tokens/s/GPU; expected: by the prediction.
+    rank: RankMode = "conservative"
     # Parameter-efficient finetuning: TrainingOptions' peft / lora_* fields, as run_options.peft_options gives them.
     peft: Peft = "none"
     lora_rank: int = 32
@@ -63,10 +80,34 @@ class Plan:
     memory: MemoryEstimate
     time: TimeEstimate
     reasons: tuple[Advice, ...] = ()
+    band: TimeBand | None = None  # the time prediction's uncertainty (estimate.band)
 
     @property
     def tokens_per_sec_per_gpu(self) -> float:
         return self.time.tokens_per_sec_per_gpu
+
+    @property
+    def tokens_per_sec_per_gpu_low(self) -> float:
+        """The band's lower edge of tokens/s/GPU (the prediction itself without a band)."""
+        if self.band is None:
+            return self.tokens_per_sec_per_gpu
+        return self.tokens_per_sec_per_gpu * max(0.0, 1 - self.band.pct / 100)
+
+    def rank_value(self, mode: RankMode) -> float:
+        """What plans are ranked by: the lower edge (conservative) or the prediction (expected)."""
+        return self.tokens_per_sec_per_gpu_low if mode == "conservative" else self.tokens_per_sec_per_gpu
+
+    def time_dict(self) -> dict[str, object]:
+        """The time estimate's JSON plus its band: ``band_pct`` (± percent of tokens/s/GPU),
+        ``tokens_per_sec_per_gpu_low`` / ``_high`` and ``evidence`` (the nearest measured run and
+        the distance to it); null band and evidence when the request carried no evidence."""
+        out = self.time.as_dict()
+        band = self.band
+        out["band_pct"] = band.pct if band else None
+        out["tokens_per_sec_per_gpu_low"] = self.tokens_per_sec_per_gpu_low if band else None
+        out["tokens_per_sec_per_gpu_high"] = self.tokens_per_sec_per_gpu * (1 + band.pct / 100) if band else None
+        out["evidence"] = band.as_dict() if band else None
+        return out
 
     def as_dict(self) -> dict[str, object]:
         lay, opt = self.run.layout, self.run.options
@@ -102,7 +143,7 @@ class Plan:
             "main_grads_dtype": opt.main_grads_dtype,
             "peft": opt.peft_summary(),
             "memory": self.memory.as_dict(),
-            "time": self.time.as_dict(),
+            "time": self.time_dict(),
             "reasons": [{"rule": a.rule, "text": a.text} for a in self.reasons],
         }
 
@@ -120,6 +161,10 @@ class SearchResult:
     notes: list[str] = field(default_factory=list)
     # (peak reserved bytes, tokens/s/GPU) of every fitting candidate: the report's Pareto scatter.
     fitting_points: list[tuple[float, float]] = field(default_factory=list)
+    # The GBS every candidate runs (None: the user's --gbs, rounded per candidate) and why.
+    gbs: int | None = None
+    gbs_reason: str = ""
+    rank: RankMode = "conservative"
 
 
 # ----- enumeration ---------------------------------------------------------------------------
@@ -166,7 +211,26 @@ def vpp_candidates(model: ModelSpec, pp: int) -> list[int]:
     return [v for v in (1, 2, 4, 8) if model.num_layers // (pp * v) >= 2]
 
 
-def enumerate_layouts(request: PlanRequest) -> Iterator[ParallelLayout]:
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """A candidate layout before its GBS is set."""
+
+    tp: int
+    cp: int
+    pp: int
+    vpp: int
+    dp: int
+    ep: int
+    mbs: int
+    pipeline_layout: str | None
+
+    @property
+    def gbs_unit(self) -> int:
+        """The GBS must be a multiple of this: MBS·DP, times PP with VPP (rules L-GBS, L-VPP)."""
+        return self.mbs * self.dp * (self.pp if self.vpp > 1 else 1)
+
+
+def _shapes(request: PlanRequest) -> Iterator[_Shape]:
     model, hw, gpus, seq = request.model, request.hardware, request.num_gpus, request.seq_len
     for tp in tp_candidates(model, hw):
         for cp in cp_candidates(seq):
@@ -184,20 +248,58 @@ def enumerate_layouts(request: PlanRequest) -> Iterator[ParallelLayout]:
                         if gpus % (ep * pp):
                             continue
                         for mbs in (1, 2) if seq <= 8192 else (1,):
-                            yield ParallelLayout(
-                                tp=tp,
-                                cp=cp,
-                                ep=ep,
-                                etp=1,
-                                pp=pp,
-                                vpp=vpp,
-                                dp=dp,
-                                mbs=mbs,
-                                gbs=default_global_batch(dp, mbs, pp, vpp, request.gbs),
-                                sequence_parallel=tp > 1,
-                                pipeline_layout=layout_text,
-                                cp_comm_type="all_gather" if model.is_dsa and cp > 1 else "p2p",
-                            )
+                            yield _Shape(tp, cp, pp, vpp, dp, ep, mbs, layout_text)
+
+
+def common_global_batch(units: list[int], seq_len: int) -> int:
+    """One GBS for every candidate of a request, so that their ranks compare equal work: the
+    smallest common multiple of the candidates' GBS units (each can run it exactly), doubled until
+    a step holds at least MIN_TOKENS_PER_STEP tokens (a realistic batch, and enough microbatches
+    that no pipeline is ranked on a bubble a real run would not have)."""
+    gbs = 1
+    for unit in units:
+        gbs = gbs * unit // math.gcd(gbs, unit)
+    base = gbs
+    while gbs * seq_len < MIN_TOKENS_PER_STEP:
+        gbs += base
+    return gbs
+
+
+def gbs_reason(gbs: int, seq_len: int, requested: int | None) -> str:
+    """The sentence the plan prints about its GBS."""
+    if requested:
+        return (
+            f"GBS {requested} as requested, rounded per layout to a multiple of MBS·DP (·PP with VPP) where it is "
+            "not one (LC-GBS-SHRINK)"
+        )
+    return (
+        f"GBS {gbs} for every plan ({gbs * seq_len / 2**20:.1f}Mi tokens per step), so ranks compare equal work: "
+        f"the smallest GBS every candidate layout can run (a multiple of MBS·DP, ·PP with VPP) with at least "
+        f"{MIN_TOKENS_PER_STEP // 2**20}Mi tokens per step (Llama 3's pre-training batch); --gbs sets another"
+    )
+
+
+def enumerate_layouts(request: PlanRequest, gbs: int | None = None) -> Iterator[ParallelLayout]:
+    """Every candidate layout; at ``gbs`` when given, else at the request's (``--gbs`` rounded per
+    layout) or, without one, at the request's common GBS."""
+    shapes = list(_shapes(request))
+    if gbs is None and request.gbs is None:
+        gbs = common_global_batch([s.gbs_unit for s in shapes], request.seq_len)
+    for s in shapes:
+        yield ParallelLayout(
+            tp=s.tp,
+            cp=s.cp,
+            ep=s.ep,
+            etp=1,
+            pp=s.pp,
+            vpp=s.vpp,
+            dp=s.dp,
+            mbs=s.mbs,
+            gbs=gbs or default_global_batch(s.dp, s.mbs, s.pp, s.vpp, request.gbs),
+            sequence_parallel=s.tp > 1,
+            pipeline_layout=s.pipeline_layout,
+            cp_comm_type="all_gather" if request.model.is_dsa and s.cp > 1 else "p2p",
+        )
 
 
 def recompute_ladder(model: ModelSpec) -> list[tuple[RecomputeGranularity, frozenset[str]]]:
@@ -265,7 +367,7 @@ def base_options(request: PlanRequest, precision: str) -> TrainingOptions:
         lora_targets=request.lora_targets,
         lora_input_regather=request.lora_input_regather,
     )
-    if precision != "fp16" and not keeps_bf16_grad_buffer(recipe_name(request.model, options)):
+    if precision != "fp16" and not keeps_bf16_grad_buffer(recipe_name(request.model, options, request.hardware)):
         options = replace(options, main_grads_dtype="fp32")
     return options
 
@@ -322,7 +424,9 @@ def search(request: PlanRequest, progress: Callable[[int, int], None] | None = N
     # Resolved once instead of once per timed candidate.
     coefficients = request.time_coefficients or shipped_time_coefficients(request.hardware.architecture)
     request = replace(request, time_coefficients=coefficients)
-    layouts = list(enumerate_layouts(request))
+    shapes = list(_shapes(request))
+    gbs = None if request.gbs else common_global_batch([s.gbs_unit for s in shapes], request.seq_len)
+    layouts = list(enumerate_layouts(request, gbs))
     searched = legal = 0
     evaluated: list[Plan] = []
     over: list[Plan] = []
@@ -351,7 +455,9 @@ def search(request: PlanRequest, progress: Callable[[int, int], None] | None = N
                 evaluated.append(best_variant)
     if progress:
         progress(len(layouts), len(layouts))
-    evaluated.sort(key=lambda p: -p.tokens_per_sec_per_gpu)
+    banded = _Bands(request.time_evidence)
+    evaluated = [banded(p) for p in evaluated]
+    evaluated.sort(key=lambda p: -p.rank_value(request.rank))
     top = _diverse_top(evaluated, request.top_k)
     result = SearchResult(
         plans=[_explained(p, evaluated) for p in top],
@@ -361,12 +467,35 @@ def search(request: PlanRequest, progress: Callable[[int, int], None] | None = N
         legal=legal,
         fit=len(evaluated),
         fitting_points=[(p.memory.peak_reserved_bytes, p.tokens_per_sec_per_gpu) for p in evaluated],
+        gbs=gbs,
+        gbs_reason=gbs_reason(gbs or 0, request.seq_len, request.gbs),
+        rank=request.rank,
     )
     if evaluated:
         result.fallback = _explained(conservative_fallback(evaluated, request), evaluated)
     else:
-        result.closest = min(over, key=lambda p: p.memory.peak_reserved_bytes - p.memory.capacity_bytes, default=None)
+        closest = min(over, key=lambda p: p.memory.peak_reserved_bytes - p.memory.capacity_bytes, default=None)
+        result.closest = banded(closest) if closest else None
     return result
+
+
+class _Bands:
+    """Attaches each plan's time band; one band per run descriptor (the layouts of one request
+    share a handful), computed on first use. Lives for one search call."""
+
+    def __init__(self, evidence: TimeEvidence | None) -> None:
+        self.evidence = evidence
+        self.seen: dict[RunDescriptor, TimeBand] = {}
+
+    def __call__(self, plan: Plan) -> Plan:
+        if self.evidence is None or not self.evidence.runs:
+            return plan
+        descriptor = describe_run(plan.run)
+        band = self.seen.get(descriptor)
+        if band is None:
+            band = time_band(descriptor, self.evidence.runs, self.evidence.parameters)
+            self.seen[descriptor] = band
+        return replace(plan, band=band)
 
 
 def _fastest_fitting_variant(request: PlanRequest, fitted: RunConfig, staged: StagedLayout) -> Plan | None:
@@ -463,17 +592,17 @@ def pareto_front(plans: list[Plan]) -> list[Plan]:
 
 
 def conservative_fallback(plans: list[Plan], request: PlanRequest) -> Plan:
-    """The fastest plan that leaves ≥ 20% of the GPU free (rollback when the first OOMs or
+    """The best-ranked plan that leaves ≥ 20% of the GPU free (rollback when the first OOMs or
     misbehaves), else the one with the most headroom."""
     roomy = [p for p in plans if p.memory.peak_reserved_bytes <= 0.8 * p.memory.capacity_bytes]
     if roomy:
-        return max(roomy, key=lambda p: p.tokens_per_sec_per_gpu)
+        return max(roomy, key=lambda p: p.rank_value(request.rank))
     return min(plans, key=lambda p: p.memory.peak_reserved_bytes)
 
 
 def _explained(plan: Plan, all_plans: list[Plan]) -> Plan:
     reasons = list(advise(plan.run))
-    best = all_plans[0].tokens_per_sec_per_gpu if all_plans else plan.tokens_per_sec_per_gpu
+    best = max((p.tokens_per_sec_per_gpu for p in all_plans), default=plan.tokens_per_sec_per_gpu)
     if plan.tokens_per_sec_per_gpu < 0.7 * best:
         reasons.append(
             Advice(
