@@ -115,7 +115,7 @@ class ModelSpec(StrictSpec):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(min_length=1, description="catalog name, e.g. deepseek-v3")
+    name: str = Field(min_length=1, max_length=200, description="catalog name, e.g. deepseek-v3")
     family: str = Field(default="gpt", description="HF model_type or Bridge family")
     num_layers: int = Field(gt=0, le=100_000)
     hidden_size: int = Field(gt=0, le=1_000_000)
