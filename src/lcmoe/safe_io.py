@@ -188,11 +188,6 @@ def load_yaml(text: str, *, origin: str) -> Any:
         ) from None
 
 
-def load_yaml_scalar(raw: str, *, origin: str) -> Any:
-    """One ``KEY=VALUE`` value parsed as YAML (numbers, booleans, strings, short lists)."""
-    return load_yaml(raw, origin=origin)
-
-
 def load_json(text: str, *, origin: str) -> Any:
     """``json.loads`` with bounded integers and nesting; any failure is one LcmoeError."""
     check_int_literals(text, origin=origin)
