@@ -70,16 +70,14 @@ def parameters_for(cases: list[PerfCase]) -> list[str]:
     if "nvfp4" in precisions:
         names.append("gemm_efficiency_fp4")
     if any(c.run.model.is_moe for c in cases):
+        # The NIC's EP efficiency and the permute passes are measured / counted (TimeCoefficients).
         names += [
             "grouped_gemm_efficiency",
             "ep_comm_efficiency",
             "moe_layer_overhead_seconds",
             "expert_host_seconds",
-            "moe_permute_passes",
             "grouped_gemm_half_size",
         ]
-        if any(c.run.layout.ep * c.run.layout.etp > c.run.hardware.nvlink_domain_size for c in cases):
-            names.append("ep_network_efficiency")
     moe_precisions = {c.run.options.tensor_core_precision for c in cases if c.run.model.is_moe}
     if "bf16" in moe_precisions and moe_precisions & {"fp8", "mxfp8"}:
         names.append("fp8_grouped_speedup")

@@ -96,12 +96,21 @@ class TimeCoefficients:
     # grouped kernel TE's GroupedLinear launches every expert's quantize and GEMMs on its own
     # (kernels-and-links.md §2b: cuBLAS loop vs single-launch CUTLASS, 3.9x at 8 experts).
     expert_host_seconds: float = 0.0
-    ep_comm_efficiency: float = 0.7
-    ep_network_efficiency: float = 0.7
+    # EP dispatch/combine link efficiencies (kernels-and-links.md §8): inside the NVLink domain
+    # DeepEP reaches ~0.75–0.8 of NVLink one-way on H100 and HybridEP 0.54–0.85 of 900 GB/s on
+    # GB200 (prior 0.75; fitted per family); across NICs a 400G link carries 0.92–0.98 of its rate
+    # for large messages and DeepEP's internode kernels 43–58 GB/s of a 50 GB/s NIC: 0.9, measured,
+    # not fitted (fitted, it sat on its bound, Hopper 1.0 and Blackwell 0.5). Fixing the NVLink one
+    # at 0.75 as well cost the DSV3 H100 long-context series 3–5 points, so it stays fitted.
+    ep_comm_efficiency: float = 0.75
+    ep_network_efficiency: float = 0.9
     # Share of a ring step's KV exchange hidden behind that step's attention. The fit starts here
     # and a family whose rows never expose the ring (Blackwell: every CP row's attention outlasts
     # its NVLink exchange) keeps this prior: the Hopper fit on the DSV3 CP series (0.75).
     cp_ring_hidden: float = 0.75
+    # Token permutation passes over HBM per MoE layer, forward + backward: permute and unpermute,
+    # each a read and a write, in both passes (Megatron moe_utils.permute / unpermute) = 8. Fixed
+    # at that count: fitted, it sat on its floor of 8 (Blackwell 8.01).
     moe_permute_passes: float = 8.0
     grouped_gemm_half_size: float = 0.0
     # Mamba-2 chunked-scan throughput on mamba_scan_flops_per_layer's count, an absolute rate
@@ -346,7 +355,9 @@ def layer_flops_per_token(model: ModelSpec, layer: int, seq_len: int) -> LayerFl
             proj, core = mla_projection_flops_per_layer(model), mla_core_flops_per_layer(model, seq_len)
     elif kind is AttentionKind.GDN:
         proj, core = 0.0, 0.0
-        linear = gdn_flops_per_layer(model)
+        # The projections and conv run as GEMMs; the chunked delta-rule recurrence runs at its
+        # kernel's measured rate (gdn_kernel_seconds), so its FLOPs leave the GEMM amount.
+        linear = gdn_flops_per_layer(model) - gdn_recurrence_flops_per_layer(model)
     else:
         proj = 6.0 * gqa_projection_per_layer(model)
         q = model.head_dim * model.num_attention_heads
@@ -369,6 +380,36 @@ def mamba_gemm_flops_per_layer(model: ModelSpec) -> float:
     (mamba_mixer.py:281-450)."""
     h = model.hidden_size
     return 6.0 * (h * model.mamba_in_proj_size + model.mamba_inner_size * h)
+
+
+def gdn_recurrence_flops_per_layer(model: ModelSpec) -> float:
+    """The chunked delta-rule part of Bridge's Gated DeltaNet count, 6 · nv · dv² · 4 per token
+    (flop_utils.py:1410-1470, the ``nv·dv²·4`` term of gdn_flops_per_layer)."""
+    return 6.0 * model.linear_num_value_heads * model.linear_value_head_dim**2 * 4
+
+
+# Gated DeltaNet chunked kernel (FLA ``chunk_gated_delta_rule``, what Megatron's GDN calls),
+# forward + backward seconds per (token × value head) at key and value head dims of 128, once
+# T·H ≥ ~0.5 M (below, launch-bound): GB200 ≈ 6.0 ns (fla-org/flash-linear-attention README
+# benchmarks: B1 T8192 H96 4.738 ms, B2 T16384 H16 3.616 ms, B4 T4096 H64 5.964 ms;
+# kernel-rates-by-shape.md §4a). Hopper has no public forward + backward table; its forward runs
+# 1.6× slower than GB200's on the same shape (H800 2.033 ms vs GB200 1.265 ms, B1 T8192 H96,
+# PaddlePaddle/flash-attention PR #133), so 9.6 ns.
+GDN_SECONDS_PER_TOKEN_HEAD = {"blackwell": 6.0e-9, "hopper": 9.6e-9}
+
+
+def gdn_token_heads(tokens: float, model: ModelSpec) -> float:
+    """(tokens × GDN value heads) in units of a 128 × 128 head state: tokens · nv · dk · dv / 128²
+    (the FLA D = 256 row, 16.5 ns, is 2.75× the D = 128 rate for 4× the state, so scaling with
+    the state is on the slow side)."""
+    state = model.linear_key_head_dim * model.linear_value_head_dim / (128 * 128)
+    return tokens * model.linear_num_value_heads * state
+
+
+def gdn_kernel_seconds(token_heads: float, architecture: str) -> float:
+    """Forward + backward time of the GDN recurrence: token_heads (``gdn_token_heads``) ·
+    GDN_SECONDS_PER_TOKEN_HEAD of the family (Hopper's for any other)."""
+    return token_heads * GDN_SECONDS_PER_TOKEN_HEAD.get(architecture, GDN_SECONDS_PER_TOKEN_HEAD["hopper"])
 
 
 def mamba_scan_flops_per_layer(model: ModelSpec) -> float:
@@ -545,6 +586,10 @@ class LayerAmounts:
     # Dense GEMM kernels of the layer per microbatch, every pass (dense_gemm_kernels); each pays
     # GemmShapeCost.fixed_seconds.
     dense_gemm_kernels: float = 0.0
+    # (tokens × GDN value heads, gdn_token_heads) of the layer's recurrence on this GPU per microbatch: under CP
+    # each rank runs the whole sequence for heads/(TP·CP) heads (Megatron gdn.py a2a_cp_to_hp),
+    # the same count as its s/(TP·CP) tokens × all heads.
+    gdn_token_heads: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -671,6 +716,14 @@ def _layer_amounts(run: RunConfig, layer: int, no_recompute: TrainingOptions) ->
     adapter_dense, adapter_expert = adapter_flops_per_token(model, layer, options)
     kind = attention_kind(model, layer)
     cp_kv = cp_a2a = cp_mixer = 0.0
+    if layout.cp > 1 and kind is AttentionKind.GDN:
+        # GDN CP is Ulysses-style: in_proj output (q, k, v, z, β, α) all-to-all sequence → heads
+        # before the conv + recurrence, and the output back, forward and backward, not overlapped
+        # (Megatron-LM gdn.py a2a_cp_to_hp / a2a_hp_to_cp; kernel-rates-by-shape.md §4c).
+        qk = model.linear_num_key_heads * model.linear_key_head_dim
+        vd = model.linear_num_value_heads * model.linear_value_head_dim
+        width = 2 * qk + 2 * vd + 2 * model.linear_num_value_heads + vd
+        cp_mixer = 2 * (layout.cp - 1) / layout.cp * shape.tokens * BF16 * width / layout.tp
     if layout.cp > 1 and kind is AttentionKind.MAMBA:
         # Mamba CP trades sequence for heads: all-to-all of the in_proj output before the
         # conv+scan and of its output after, forward and backward (mamba_context_parallel.py).
@@ -723,6 +776,7 @@ def _layer_amounts(run: RunConfig, layer: int, no_recompute: TrainingOptions) ->
         kind=kind,
         has_mlp=model.has_mlp(layer),
         dense_gemm_kernels=dense_gemm_kernels(model, layer, gemm_passes(options)),
+        gdn_token_heads=gdn_token_heads(tokens, model) if kind is AttentionKind.GDN else 0.0,
     )
 
 
@@ -938,6 +992,8 @@ def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients) -> Stage
         experts = g.expert_flops / expert_rate * a.moe_imbalance if g.expert_flops else 0.0
         attention = g.attention_flops / attention_rate
         scan = g.mamba_scan_flops / c.mamba_scan_flops_per_second
+        if g.gdn_token_heads:
+            scan += gdn_kernel_seconds(g.gdn_token_heads, a.architecture)
         elementwise = c.elementwise_traffic_factor * g.elementwise_bytes / a.hbm_bandwidth
         tp = g.tp_bytes / tp_bw * (1 - c.tp_overlap_hidden)
         if a.cp_a2a:
