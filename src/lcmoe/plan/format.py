@@ -114,7 +114,7 @@ def evidence_text(time: dict[str, Any]) -> str:
     evidence = time.get("evidence")
     if not evidence:
         return ""
-    steps = [f"{name} {d:g}" for name, d in evidence["distance"].items() if d]
+    steps = [f"{name} {d:.2g}" for name, d in evidence["distance"].items() if d]
     away = f"; away from it by {', '.join(steps)}" if steps else " (the same shape)"
     return (
         f"±{time['band_pct']:.0f}% = {evidence['base_pct']:.0f}% (leave-one-model-out error of the runs nearest it) "
