@@ -36,3 +36,14 @@ def run_cli(*args: str) -> tuple[int, str, str]:
         except SystemExit as exc:
             code = int(exc.code or 0) if not isinstance(exc.code, str) else 1
     return code, out.getvalue(), err.getvalue()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Spread tests over the xdist workers one by one (``--dist loadgroup``), except that every
+    test using a module-scoped fixture (a Bridge process, an emitted directory, a report) stays on
+    one worker with its module, so the fixture is built once."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(chain and chain[-1].scope == "module" for chain in defs):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
