@@ -111,3 +111,16 @@ def test_impossible_requests_exit_2_with_one_sentence(args: list[str], field: st
     code, out, err = run_cli("plan", *args)
     assert code == 2
     assert field in err and "Traceback" not in err + out
+
+
+def test_a_gpu_count_with_a_large_odd_factor_points_to_the_nearest_power_of_two() -> None:
+    """250 = 2·5³ leaves TP/CP/EP/PP only the factor 2; 256 fits where the next doubling (500) was named."""
+    from lcmoe.plan.search import larger_gpu_counts
+    from tests.conftest import run_cli
+
+    assert larger_gpu_counts(250)[:2] == [256, 500]
+    assert larger_gpu_counts(256) == [512, 1024, 2048, 4096]
+    code, out, _ = run_cli("plan", "-m", "qwen3-30b-a3b", "-g", "h100", "-n", "250", "-s", "32k")
+    assert code == 1 and "smallest count that fits is 256 GPUs" in out and "250 = 2 × 125" in out
+    code, out, _ = run_cli("plan", "-m", "qwen3-30b-a3b", "-g", "h100", "-n", "250", "-s", "32k", "-q")
+    assert "at least 256 GPUs" in out and "?" not in out

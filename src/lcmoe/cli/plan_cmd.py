@@ -327,7 +327,17 @@ def _print_quiet(payload: dict[str, Any]) -> None:
             + (f" band=±{best['time']['band_pct']:.0f}%" if best["time"].get("band_pct") is not None else "")
         )
     else:
-        stdout.print(f"no plan fits; at least {payload.get('min_gpus_needed') or '?'} GPUs needed")
+        need = payload.get("min_gpus_needed")
+        stdout.print(
+            f"no plan fits; at least {need} GPUs needed"
+            if need
+            else f"no plan fits on up to 16 × {payload['inputs']['num_gpus']} GPUs"
+        )
+
+
+def odd_factor(num_gpus: int) -> int:
+    """``num_gpus`` without its factors of two (250 → 125)."""
+    return num_gpus // (num_gpus & -num_gpus)
 
 
 def render_plans(payload: dict[str, Any]) -> None:
@@ -343,8 +353,15 @@ def render_plans(payload: dict[str, Any]) -> None:
         need = payload.get("min_gpus_needed")
         stdout.print(
             f"[red]no layout fits[/] on {inputs['num_gpus']} GPUs"
-            + (f"; the smallest count that fits is {need} GPUs" if need else "; none fits up to 16×")
+            + (f"; the smallest count that fits is {need} GPUs" if need else "; none fits on up to 16× the GPUs")
         )
+        odd = odd_factor(int(inputs["num_gpus"]))
+        if odd > 8:
+            stdout.print(
+                f"{inputs['num_gpus']} = {int(inputs['num_gpus']) // odd} × {odd}: TP, CP, EP and PP must divide the "
+                f"GPU count, so the factor {odd} can only go to data parallelism; a count with small factors "
+                "(a power of two, or a multiple of the node size) leaves the layout more room"
+            )
         closest = payload.get("closest")
         if closest:
             over = closest["memory"]["peak_reserved_bytes"] - closest["memory"]["capacity_bytes"]

@@ -615,12 +615,18 @@ def _explained(plan: Plan, all_plans: list[Plan]) -> Plan:
     return replace(plan, reasons=tuple(reasons))
 
 
+def larger_gpu_counts(num_gpus: int, limit_factor: int = 16) -> list[int]:
+    """GPU counts above ``num_gpus`` worth trying, smallest first: the request doubled, and the
+    next power of two doubled (a count with a large odd factor, such as 250 = 2·5³, leaves TP, CP,
+    EP and PP almost nothing to divide, so 256 can fit where 500 would be the next doubling)."""
+    power = 1 << num_gpus.bit_length()
+    counts = {num_gpus << k for k in range(1, 5)} | {power << k for k in range(5)}
+    return sorted(n for n in counts if num_gpus < n <= num_gpus * limit_factor)
+
+
 def min_gpus_that_fit(request: PlanRequest, limit_factor: int = 16) -> int | None:
-    """The smallest GPU count (doubling from the request) for which some plan fits."""
-    gpus = request.num_gpus * 2
-    while gpus <= request.num_gpus * limit_factor:
-        result = search(replace(request, num_gpus=gpus, top_k=1))
-        if result.plans:
+    """The smallest GPU count of ``larger_gpu_counts`` for which some plan fits."""
+    for gpus in larger_gpu_counts(request.num_gpus, limit_factor):
+        if search(replace(request, num_gpus=gpus, top_k=1)).plans:
             return gpus
-        gpus *= 2
     return None
