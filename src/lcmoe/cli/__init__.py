@@ -142,6 +142,12 @@ def main(argv: list[str] | None = None) -> None:
             sys.stderr.write("error: standard output is closed; run lcmoe with its output going somewhere.\n")
         sys.stdout = sys.stdout or open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
         sys.exit(2)
+    # rich turns a console quiet for good after a broken pipe (Console.on_broken_pipe); a later
+    # call in the same process (tests, a caller using main() as a library) writes to a new stream.
+    from lcmoe.cli.common import stderr as err_console
+    from lcmoe.cli.common import stdout as out_console
+
+    out_console.quiet = err_console.quiet = False
     _tolerant_streams()
     try:
         app(args=args, prog_name="lcmoe", standalone_mode=True)
