@@ -176,6 +176,10 @@ FIT_LOSS = "linear"
 #   the size factor stands in for per-routed-token work the model does not itemise.
 # - No EP hiding under overlap_moe_expert_parallel_comm with a host-syncing dispatcher:
 #   6.53 / 13.56 / 18.19.
+# - grouped_gemm_half_size replaced by a fixed time per routed (token, expert) pair, fitted per
+#   family: it stays at 0 and the fit runs without any size term, 5.46 / 10.79 / 13.48 (Qwen3-30B
+#   LOMO +18.7%); shared by both families: 6.60 / 11.92 / 15.39. The size factor carries the
+#   Qwen3-30B extrapolation and is kept.
 
 
 def family_bounds(architecture: str) -> dict[str, tuple[float, float]]:
