@@ -26,21 +26,12 @@ RUN_SCRIPT = typer.Option(None, "--run-script", help="run_recipe.py's path insid
 def check_emit_options(target: Path, launch: dict[str, Any], *, force: bool) -> None:
     """Refuse a bad ``--emit`` target or launcher value before the search, not after it."""
     from lcmoe.emit import syntax
-    from lcmoe.emit.directory import check_target
+    from lcmoe.emit.directory import check_target, not_empty_error
     from lcmoe.emit.launchers import LaunchSettings, data_paths
 
     path = check_target(target)
     if not force and path.is_dir() and any(path.iterdir()):
-        from lcmoe.errors import LcmoeError
-
-        shown = ", ".join(sorted(p.name for p in path.iterdir())[:8])
-        raise LcmoeError(
-            "--emit",
-            str(target),
-            f"is not empty ({shown})",
-            "name a new directory, or add --force to replace only the files lcmoe wrote there before "
-            "(the others are kept)",
-        )
+        raise not_empty_error(path, sorted(p.name for p in path.iterdir()))
     syntax.check_plain("--job-name", launch.get("job_name") or "")
     for option, check in (("account", syntax.sbatch_word), ("partition", syntax.sbatch_word)):
         if launch.get(option):

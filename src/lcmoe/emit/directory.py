@@ -71,6 +71,17 @@ def check_target(target: Path, flag: str = "--emit") -> Path:
     return path
 
 
+def not_empty_error(target: Path, names: list[str], flag: str = "--emit") -> LcmoeError:
+    """The one sentence for a non-empty target written to without --force."""
+    shown = ", ".join(names[:8]) + (" …" if len(names) > 8 else "")
+    return LcmoeError(
+        flag,
+        str(target),
+        f"is not empty ({shown})",
+        "name a new directory, or add --force to replace only the files lcmoe wrote there before (the others are kept)",
+    )
+
+
 def _old_manifest(target: Path) -> dict[str, str]:
     path = target / MANIFEST
     if not path.is_file() or path.is_symlink():
@@ -110,14 +121,7 @@ def _classify(target: Path, new_files: Mapping[str, str], force: bool, flag: str
             keep.append((rel, path))
     user_names = [rel for rel, _ in keep] + edited
     if not force:
-        shown = ", ".join(user_names[:8] or owned[:8]) + (" …" if len(user_names or owned) > 8 else "")
-        raise LcmoeError(
-            flag,
-            str(target),
-            f"is not empty ({shown})",
-            "name a new directory, or add --force to replace only the files lcmoe wrote there before "
-            "(the others are kept)",
-        )
+        raise not_empty_error(target, user_names or owned, flag)
     if edited:
         raise LcmoeError(
             flag,

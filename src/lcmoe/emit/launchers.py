@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from lcmoe.config_io.bridge import format_override_value, override_key, overrides_from_run
 from lcmoe.emit import syntax
 from lcmoe.emit.environment import environment
+from lcmoe.errors import LcmoeError
 from lcmoe.run import RunConfig
 
 DEFAULT_CONTAINER = "nvcr.io/nvidia/nemo:26.08"
@@ -80,8 +81,6 @@ def data_paths(settings: LaunchSettings) -> tuple[str, ...]:
     for path in settings.data_paths:
         syntax.check_plain("--data-path", path)
         if any(ch.isspace() or ch in ",[]{}()='\"\\$`" for ch in path):
-            from lcmoe.errors import LcmoeError
-
             raise LcmoeError(
                 "--data-path",
                 path,
