@@ -1,0 +1,53 @@
+"""The progress helper (issue 34 item 7): a bar on a terminal's stderr, nothing anywhere else."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from lcmoe.cli.progress import progress
+
+
+class _FakeTty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _run(console: Console, *, enabled: bool = True, unit: str = "items") -> None:
+    with progress(3, "cases", enabled=enabled, console=console, unit=unit) as advance:  # type: ignore[arg-type]
+        for _ in range(3):
+            advance(1)
+
+
+def test_bar_is_drawn_on_a_terminal() -> None:
+    tty = _FakeTty()
+    _run(Console(file=tty, force_terminal=True, width=80))
+    assert "cases" in tty.getvalue()
+    assert "3/3" in tty.getvalue()
+
+
+def test_bytes_bar_counts_bytes() -> None:
+    tty = _FakeTty()
+    with progress(2048, "log", console=Console(file=tty, force_terminal=True, width=80), unit="bytes") as advance:
+        advance(2048)
+    assert "log" in tty.getvalue()
+    assert "kB" in tty.getvalue()
+
+
+def test_nothing_off_a_terminal_even_when_colour_is_forced() -> None:
+    # FORCE_COLOR makes rich call a pipe a terminal; the helper asks the file itself.
+    piped = io.StringIO()
+    _run(Console(file=piped, force_terminal=True, width=80))
+    assert piped.getvalue() == ""
+
+
+def test_nothing_when_disabled() -> None:
+    tty = _FakeTty()
+    _run(Console(file=tty, force_terminal=True, width=80), enabled=False)
+    assert tty.getvalue() == ""
+
+
+def test_advance_is_callable_with_no_argument_when_off() -> None:
+    with progress(0, "empty", console=Console(file=io.StringIO())) as advance:
+        advance()
