@@ -1,20 +1,23 @@
-"""`lcmoe plan` and `lcmoe sweep`: search every legal layout and rank by predicted throughput."""
+"""`lcmoe plan`: search every legal layout and rank by predicted throughput (`report` and `sweep`
+live in report_cmd / sweep_cmd and are re-exported here for the command table)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import typer
-from rich.table import Table
 
+from lcmoe.cli import request as rq
 from lcmoe.cli import run_options as ro
-from lcmoe.cli.common import EXIT_FINDINGS, JSON, print_json, resolve_hardware, resolve_model, stderr, stdout
+from lcmoe.cli.common import EXIT_FINDINGS, JSON, abort, print_json, stdout
 from lcmoe.cli.emit_options import DATA_PATHS, EMIT, FORCE, RUN_SCRIPT, check_emit_options, emit_plan
+from lcmoe.cli.report_cmd import report, write_report
+from lcmoe.cli.sweep_cmd import sweep
+from lcmoe.errors import LcmoeError
 from lcmoe.plan.format import (
+    AT_RISK,
     at_risk_note,
-    band_text,
     layout_text,
     model_notes,
     peft_text,
@@ -25,133 +28,21 @@ from lcmoe.plan.format import (
 )
 from lcmoe.plan.payload import plan_payload
 
-GBS = typer.Option(None, "--gbs", min=1, help="target global batch (rounded to a legal multiple)")
-PRECISIONS = ro.PRECISION_LIST
-DISPATCHERS = ro.DISPATCHER_LIST
-TOP = typer.Option(5, "--top", min=1, max=50, help="how many plans to list")
-MARGIN = typer.Option(0.05, "--margin", help="memory safety margin")
-MCORE = typer.Option("0.19.2", "--megatron-core-version", help="the Megatron-Core release the rules target")
-SWEEP_DEFAULT = "4k,16k,32k,64k,128k,256k"
-RANK = typer.Option(
-    "conservative",
-    "--rank",
-    help="conservative: rank by the band's lower edge of tokens/s/GPU; expected: by the prediction",
-)
-
-
-def _time_evidence() -> Any:
-    """The measured runs behind the time bands (data/time_evidence.yaml), read once per command."""
-    from importlib import resources
-
-    import yaml
-
-    from lcmoe.estimate.band import evidence_from_dict
-
-    text = resources.files("lcmoe.data").joinpath("time_evidence.yaml").read_text(encoding="utf-8")
-    return evidence_from_dict(yaml.safe_load(text) or {})
-
-
-def _progress_search(request: Any, quiet: bool) -> Any:
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from lcmoe.plan.search import search
-
-    if quiet or not sys.stderr.isatty():
-        return search(request)
-    with Progress(
-        TextColumn("searching layouts"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=stderr,
-        transient=True,
-    ) as progress:
-        task = progress.add_task("search", total=1)
-
-        def update(done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total)
-
-        return search(request, progress=update)
-
-
-def _request(
-    model: str,
-    gpu: str,
-    gpus: int,
-    seq_len: str,
-    gbs: int | None,
-    precision: str | None,
-    dispatchers: str | None,
-    top: int,
-    margin: float,
-    megatron_core_version: str,
-    no_offload: bool,
-    no_cuda_graphs: bool,
-    hardware_file: Path | None,
-    hw: list[str],
-    scaleout_gbps: float | None,
-    gpus_per_node: int | None,
-    calibration: Path | None = None,
-    peft: dict[str, Any] | None = None,
-    rank: str = "conservative",
-    evidence: Any = None,
-) -> Any:
-    from lcmoe.errors import LcmoeError
-    from lcmoe.plan.search import PlanRequest
-    from lcmoe.run import check_precision_supported
-    from lcmoe.units import parse_token_count
-    from lcmoe.workload import DISPATCHERS, PRECISIONS
-
-    spec = resolve_model(model)
-    hardware = resolve_hardware(
-        gpu, hardware_file=hardware_file, overrides=hw, scaleout_gbps=scaleout_gbps, gpus_per_node=gpus_per_node
-    )
-    if gpus < 1:
-        raise LcmoeError("--gpus", gpus, "must be at least 1", "e.g. --gpus 256")
-    precisions = tuple(p.strip() for p in precision.split(",")) if precision else None
-    for p in precisions or ():
-        if p not in PRECISIONS:
-            raise LcmoeError("--precision", p, f"must be one of {', '.join(PRECISIONS)}", "e.g. bf16,fp8-blockwise")
-        check_precision_supported(hardware, p)
-    chosen = tuple(d.strip() for d in dispatchers.split(",")) if dispatchers else None
-    for d in chosen or ():
-        if d not in DISPATCHERS:
-            raise LcmoeError("--dispatchers", d, f"must be among {', '.join(DISPATCHERS)}", "e.g. alltoall,deepep")
-    if not 0 <= margin < 0.9:
-        raise LcmoeError("--margin", margin, "must be a fraction in [0, 0.9)", "e.g. 0.05")
-    if rank not in ("conservative", "expected"):
-        raise LcmoeError("--rank", rank, "must be conservative or expected", "e.g. --rank expected")
-    return PlanRequest(
-        model=spec,
-        hardware=hardware,
-        num_gpus=gpus,
-        seq_len=parse_token_count(seq_len),
-        gbs=gbs,
-        precisions=precisions,
-        dispatchers=chosen,
-        top_k=top,
-        memory_margin=margin,
-        megatron_core_version=megatron_core_version,
-        allow_offload=not no_offload,
-        allow_cuda_graphs=not no_cuda_graphs,
-        time_coefficients=ro.time_coefficients(calibration, hardware),
-        time_evidence=evidence if evidence is not None else _time_evidence(),
-        rank="expected" if rank == "expected" else "conservative",
-        **(peft or {}),
-    )
+__all__ = ["plan", "render_plans", "report", "sweep"]
 
 
 def plan(
+    ctx: typer.Context,
     model: str = ro.MODEL,
     gpu: str = ro.GPU,
     gpus: int = ro.GPUS,
     seq_len: str = ro.SEQ,
-    gbs: int = GBS,
-    precision: str = PRECISIONS,
-    dispatchers: str = DISPATCHERS,
-    top: int = TOP,
-    margin: float = MARGIN,
-    megatron_core_version: str = MCORE,
+    gbs: int = rq.GBS,
+    precision: str = ro.PRECISION_LIST,
+    dispatchers: str = ro.DISPATCHER_LIST,
+    top: int = rq.TOP,
+    margin: float = rq.MARGIN,
+    megatron_core_version: str = rq.MCORE,
     no_offload: bool = typer.Option(False, "--no-offload", help="never offload the optimizer"),
     no_cuda_graphs: bool = typer.Option(False, "--no-cuda-graphs", help="variable-length data: no CUDA graphs"),
     emit: Path = EMIT,
@@ -177,143 +68,59 @@ def plan(
     lora_rank: int = ro.LORA_RANK,
     lora_targets: str = ro.LORA_TARGETS_OPTION,
     lora_input_regather: bool = ro.LORA_REGATHER,
-    rank: str = RANK,
+    rank: str = rq.RANK,
     json_output: bool = JSON,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="best plan line only"),
 ) -> None:
     """Search every legal layout for MODEL on GPUS × GPU at SEQ_LEN; rank by predicted tokens/s/GPU."""
-    launch = dict(
-        job_name=job_name,
-        mounts=mounts,
-        account=account,
-        partition=partition,
-        time_limit=time_limit,
-        pip_index_url=pip_index_url,
-        container=container,
-        run_script=run_script,
-        data_paths=data_paths,
-    )
+    launch = {k: ctx.params[k] for k in _LAUNCH_KEYS}
     if emit is not None:
         check_emit_options(emit, launch, force=force)
-    request = _request(
-        model,
-        gpu,
-        gpus,
-        seq_len,
-        gbs,
-        precision,
-        dispatchers,
-        top,
-        margin,
-        megatron_core_version,
-        no_offload,
-        no_cuda_graphs,
-        hardware_file,
-        hw,
-        scaleout_gbps,
-        gpus_per_node,
-        calibration,
-        ro.peft_options(peft, lora_rank, lora_targets, lora_input_regather),
-        rank,
-    )
-    result = _search_or_min_gpus(request, quiet or json_output)
+    request = rq.plan_request(rq.PlanOptions.from_params(ctx.params))
+    result = rq.search_or_min_gpus(request, quiet or json_output)
     payload = plan_payload(request, result)
     if emit is not None and result.plans:
-        emit_plan(
-            emit, payload, result, steps=steps, confirmed=yes, force=force, launch=launch, quiet=quiet or json_output
-        )
-    if report_dir is not None:
-        _write_report(request, result, Path(report_dir) / "report.html", SWEEP_DEFAULT, calibration)
+        quiet_emit = quiet or json_output
+        emit_plan(emit, payload, result, steps=steps, confirmed=yes, force=force, launch=launch, quiet=quiet_emit)
+    report_error = _try_report(request, result, report_dir, calibration)
     if json_output:
         print_json(payload)
     elif quiet:
         _print_quiet(payload)
     else:
         render_plans(payload)
+    if report_error:
+        abort(f"the plan is above, but {report_error}", EXIT_FINDINGS)
     if not result.plans:
         raise typer.Exit(EXIT_FINDINGS)
 
 
-def _search_or_min_gpus(request: Any, quiet: bool) -> Any:
-    """The search; when nothing fits, also the smallest GPU count that would (LC-GPU-FEASIBLE)."""
-    from lcmoe.plan.search import min_gpus_that_fit
-
-    result = _progress_search(request, quiet)
-    if not result.plans:
-        result.min_gpus_needed = min_gpus_that_fit(request)
-    return result
-
-
-def _write_report(request: Any, result: Any, out: Path, sweep_text: str, calibration: Path | None) -> list[Path]:
-    from lcmoe.report.build import build_report, write_report
-    from lcmoe.units import parse_token_count
-
-    lengths = [parse_token_count(t.strip(), field="--sweep") for t in sweep_text.split(",") if t.strip()]
-    inputs, figs = build_report(
-        request, result, sweep_lengths=lengths, calibration=str(calibration) if calibration else None
-    )
-    return write_report(out, inputs, figs)
+# The launcher settings `--emit` writes, by parameter name (emit_options.check_emit_options).
+_LAUNCH_KEYS = (
+    "job_name",
+    "mounts",
+    "account",
+    "partition",
+    "time_limit",
+    "pip_index_url",
+    "container",
+    "run_script",
+    "data_paths",
+)
 
 
-def report(
-    model: str = ro.MODEL,
-    gpu: str = ro.GPU,
-    gpus: int = ro.GPUS,
-    seq_len: str = ro.SEQ,
-    out: Path = typer.Option(Path("report.html"), "--out", "-o", help="the HTML file (report.md is written beside it)"),
-    sweep_lengths: str = typer.Option(SWEEP_DEFAULT, "--sweep", help="sequence lengths for the sweep curve"),
-    gbs: int = GBS,
-    precision: str = PRECISIONS,
-    dispatchers: str = DISPATCHERS,
-    top: int = TOP,
-    margin: float = MARGIN,
-    megatron_core_version: str = MCORE,
-    hardware_file: Path = ro.HW_FILE,
-    hw: list[str] = ro.HW_SET,
-    scaleout_gbps: float = ro.SCALEOUT,
-    gpus_per_node: int = ro.PER_NODE,
-    calibration: Path = ro.CALIBRATION,
-    peft: str = ro.PEFT,
-    lora_rank: int = ro.LORA_RANK,
-    lora_targets: str = ro.LORA_TARGETS_OPTION,
-    lora_input_regather: bool = ro.LORA_REGATHER,
-    rank: str = RANK,
-    json_output: bool = typer.Option(False, "--json", help="print the plan JSON the report shows"),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the written paths"),
-) -> None:
-    """Plan and write a self-contained HTML report (and its Markdown twin) with plots to review before spending GPUs."""
-    request = _request(
-        model,
-        gpu,
-        gpus,
-        seq_len,
-        gbs,
-        precision,
-        dispatchers,
-        top,
-        margin,
-        megatron_core_version,
-        False,
-        False,
-        hardware_file,
-        hw,
-        scaleout_gbps,
-        gpus_per_node,
-        calibration,
-        ro.peft_options(peft, lora_rank, lora_targets, lora_input_regather),
-        rank,
-    )
-    result = _search_or_min_gpus(request, quiet or json_output)
-    written = _write_report(request, result, out, sweep_lengths, calibration)
-    if json_output:
-        print_json(plan_payload(request, result))
-    elif quiet:
-        for path in written:
-            stdout.print(str(path), highlight=False)
-    else:
-        stdout.print(f"wrote {written[0]} (self-contained), {written[1]} and {written[2]}/", highlight=False)
-    if not result.plans:
-        raise typer.Exit(EXIT_FINDINGS)
+def _try_report(request: Any, result: Any, report_dir: Path | None, calibration: Path | None) -> str:
+    """Write ``--report DIR`` after the search; a failure (an unwritable DIR) comes back as one
+    sentence, so the plan still prints and the command exits 1 instead of losing the search."""
+    if report_dir is None:
+        return ""
+    try:
+        write_report(request, result, Path(report_dir) / "report.html", rq.SWEEP_DEFAULT, calibration)
+    except LcmoeError as exc:
+        return f"the report was not written: {exc}"
+    except OSError as exc:
+        return f"the report was not written to {report_dir}: {exc.strerror or exc.__class__.__name__}"
+    return ""
 
 
 def _print_quiet(payload: dict[str, Any]) -> None:
@@ -325,6 +132,7 @@ def _print_quiet(payload: dict[str, Any]) -> None:
             + (f"lora=r{best['peft']['rank']} " if best.get("peft") else "")
             + f"tokens/s/GPU={best['time']['tokens_per_sec_per_gpu']:.0f}"
             + (f" band=±{best['time']['band_pct']:.0f}%" if best["time"].get("band_pct") is not None else "")
+            + (f"{AT_RISK} may OOM" if best["memory"].get("oom_risk") else "")
         )
     else:
         need = payload.get("min_gpus_needed")
@@ -383,90 +191,3 @@ def render_plans(payload: dict[str, Any]) -> None:
     ref = payload.get("reference")
     if ref:
         stdout.print(reference_text(ref), highlight=False)
-
-
-def sweep(
-    model: str = ro.MODEL,
-    gpu: str = ro.GPU,
-    gpus: int = ro.GPUS,
-    seq_lens: str = typer.Option(SWEEP_DEFAULT, "--seq-lens", help="comma list"),
-    precision: str = PRECISIONS,
-    dispatchers: str = DISPATCHERS,
-    hardware_file: Path = ro.HW_FILE,
-    hw: list[str] = ro.HW_SET,
-    scaleout_gbps: float = ro.SCALEOUT,
-    gpus_per_node: int = ro.PER_NODE,
-    calibration: Path = ro.CALIBRATION,
-    peft: str = ro.PEFT,
-    lora_rank: int = ro.LORA_RANK,
-    lora_targets: str = ro.LORA_TARGETS_OPTION,
-    lora_input_regather: bool = ro.LORA_REGATHER,
-    rank: str = RANK,
-    json_output: bool = JSON,
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="one line per sequence length"),
-) -> None:
-    """The best plan per sequence length (the shape of the guidance's CP-scaling table)."""
-    from lcmoe.units import parse_token_count
-
-    rows: list[dict[str, Any]] = []
-    evidence = _time_evidence()
-    for text in ro.seq_len_texts(seq_lens, field="--seq-lens"):
-        seq = parse_token_count(text.strip(), field="--seq-lens")
-        request = _request(
-            model,
-            gpu,
-            gpus,
-            str(seq),
-            None,
-            precision,
-            dispatchers,
-            1,
-            0.05,
-            "0.19.2",
-            False,
-            False,
-            hardware_file,
-            hw,
-            scaleout_gbps,
-            gpus_per_node,
-            calibration,
-            ro.peft_options(peft, lora_rank, lora_targets, lora_input_regather),
-            rank,
-            evidence,
-        )
-        result = _progress_search(request, json_output)
-        best = result.plans[0].as_dict() if result.plans else None
-        rows.append({"seq_len": seq, "plan": best})
-    if json_output:
-        print_json({"model": model, "gpu": gpu, "num_gpus": gpus, "sweep": rows})
-        return
-    if quiet:
-        for row in rows:
-            p = row["plan"]
-            text = (
-                f"{layout_text(p['layout'])} tokens/s/GPU={p['time']['tokens_per_sec_per_gpu']:.0f}"
-                if p
-                else "no plan fits"
-            )
-            stdout.print(f"{row['seq_len']} {text}", highlight=False)
-        return
-    table = Table(title=f"best plan per sequence length — {model} on {gpus} × {gpu}")
-    for col in ("seq", "layout", "recompute", "precision", "offload", "peak GiB", "TFLOP/s/GPU", "band", "MFU"):
-        table.add_column(col, justify="left" if col in ("layout", "recompute") else "right")
-    for row in rows:
-        p = row["plan"]
-        if p is None:
-            table.add_row(str(row["seq_len"]), "no plan fits", "", "", "", "", "", "", "")
-            continue
-        table.add_row(
-            str(row["seq_len"]),
-            layout_text(p["layout"]),
-            recompute_text(p),
-            p["precision"],
-            f"{p['optimizer_offload_fraction']:g}",
-            f"{p['memory']['peak_reserved_bytes'] / 1024**3:.1f}",
-            f"{p['time']['model_tflops_per_gpu']:.0f}",
-            band_text(p["time"]),
-            f"{100 * p['time']['mfu']:.1f}%",
-        )
-    stdout.print(table)

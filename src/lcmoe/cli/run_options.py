@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -138,19 +139,65 @@ DISPATCHER_LIST = typer.Option(
 # Each sequence length of a sweep is one full search (seconds): 32 covers 1K to 2^40 in powers
 # of two with room to spare, and bounds the work a single command line can ask for.
 MAX_SWEEP_LENGTHS = 32
+# A range between two lengths, as the docs write it: 16k..256k, 16k...256k, 16K–256K, 4K to 256K.
+_RANGE = re.compile(r"^(.+?)\s*(?:\.{2,3}|…|–|—|\s+to\s+)\s*(.+)$", re.IGNORECASE)
+_ELLIPSIS = ("..", "...", "…")  # a lone entry between two lengths: 4k,…,256k
 
 
-def seq_len_texts(text: str, *, field: str) -> list[str]:
-    """The entries of a comma list of sequence lengths (``4k,32k,128k``); an empty list (``,,,``)
-    or more than MAX_SWEEP_LENGTHS entries is refused, never an empty sweep that exits 0."""
+def powers_of_two_between(low: int, high: int) -> list[int]:
+    """``low``, every power of two strictly between, and ``high`` (16K, 256K → 16K … 256K)."""
+    inside, power = [], 1 << low.bit_length()
+    while power < high:
+        inside.append(power)
+        power <<= 1
+    return [low, *inside, high] if high > low else [low]
+
+
+def _length_range(low_text: str, high_text: str, *, field: str, entry: str) -> list[int]:
+    from lcmoe.units import parse_token_count
+
+    low, high = parse_token_count(low_text, field=field), parse_token_count(high_text, field=field)
+    if high < low:
+        raise LcmoeError(field, entry, "is a range from a longer to a shorter length", "e.g. 16k..256k")
+    return powers_of_two_between(low, high)
+
+
+def _expand_entries(entries: list[str], *, field: str) -> list[int]:
+    """Each entry a length or a range; a lone ``…`` fills the powers of two between its neighbours."""
+    from lcmoe.units import parse_token_count
+
+    lengths: list[int] = []
+    for i, entry in enumerate(entries):
+        if entry in _ELLIPSIS:
+            if not lengths or i + 1 == len(entries) or entries[i + 1] in _ELLIPSIS:
+                raise LcmoeError(field, ",".join(entries), "has '…' without a length on each side", "e.g. 4k,…,256k")
+            high = parse_token_count(entries[i + 1], field=field)
+            lengths += _length_range(str(lengths[-1]), str(high), field=field, entry=entry)[1:-1]
+            continue
+        match = _RANGE.match(entry)
+        if match:
+            lengths += _length_range(*match.groups(), field=field, entry=entry)
+        else:
+            lengths.append(parse_token_count(entry, field=field))
+    return list(dict.fromkeys(lengths))
+
+
+def seq_lengths(text: str, *, field: str) -> list[int]:
+    """The lengths of a sequence-length list: ``4k,32k,128k``, ranges of powers of two
+    (``16k..256k``, ``16K–256K``, ``4K to 256K``, ``4k,…,256k``), repeats dropped. An empty
+    list (``,,,``) or more than MAX_SWEEP_LENGTHS lengths is refused, never an empty sweep that
+    exits 0."""
     entries = [t.strip() for t in text.split(",") if t.strip()]
     if not entries:
-        raise LcmoeError(field, text, "names no sequence length", f"e.g. {field} 4k,32k,128k")
-    if len(entries) > MAX_SWEEP_LENGTHS:
+        raise LcmoeError(field, text, "names no sequence length", f"e.g. {field} 4k,32k,128k or 16k..256k")
+    if len(entries) > MAX_SWEEP_LENGTHS:  # before expanding: bounds the parsing too
+        raise LcmoeError(field, text, f"names {len(entries)} lengths, more than {MAX_SWEEP_LENGTHS}", "sweep fewer")
+    lengths = _expand_entries(entries, field=field)
+    if len(lengths) > MAX_SWEEP_LENGTHS:
         raise LcmoeError(
-            field, text, f"names {len(entries)} lengths, more than {MAX_SWEEP_LENGTHS}", "sweep fewer lengths"
+            field, text, f"names {len(lengths)} lengths, more than {MAX_SWEEP_LENGTHS}", "sweep fewer lengths"
         )
-    return entries
+    return lengths
 
 
 def check_recompute_text(text: str) -> None:
