@@ -1,0 +1,407 @@
+"""Coefficient-free amounts of a run: FLOPs by kernel kind and bytes by link, per layer, stage and
+run (one GPU's share of one microbatch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from lcmoe.estimate.flops import flops_per_token, lora_model_flops_per_token
+from lcmoe.estimate.memory import (
+    BF16,
+    StagedLayout,
+    StageParams,
+    layer_activation_bytes,
+    stage_trained_params_per_gpu,
+    staged_layout,
+    token_shape,
+)
+from lcmoe.estimate.params import LayerSignature, attention_kind, layer_signature, lora_adapters
+from lcmoe.estimate.time.communication import ep_link_shares
+from lcmoe.estimate.time.layer_flops import gdn_token_heads, layer_flops_per_token
+from lcmoe.layout import PipelineStage
+from lcmoe.run import RunConfig
+from lcmoe.specs.model import AttentionKind, ModelSpec
+from lcmoe.workload import TrainingOptions
+
+
+# ----- amounts (coefficient-free) ------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class LayerAmounts:
+    """One layer of a group of identical layers on a stage: its work per microbatch on one GPU
+    (``StageAmounts.counts`` says how many)."""
+
+    dense_flops: float
+    expert_flops: float
+    attention_flops: float
+    linear_flops: float
+    up_projection_flops: float
+    dense_mlp_flops: float
+    elementwise_bytes: float
+    tp_bytes: float
+    cp_kv_bytes_per_step: float
+    cp_a2a_bytes: float
+    ep_bytes: float
+    moe_token_bytes: float
+    is_moe: bool
+    cp_mixer_a2a_bytes: float = 0.0  # Mamba's CP all-to-all (whatever cp_comm_type says)
+    mamba_scan_flops: float = 0.0
+    kind: AttentionKind = AttentionKind.GQA
+    has_mlp: bool = True
+    # Dense GEMM kernels of the layer per microbatch, every pass (dense_gemm_kernels); each pays
+    # GemmShapeCost.fixed_seconds.
+    dense_gemm_kernels: float = 0.0
+    # (tokens × GDN value heads, gdn_token_heads) of the layer's recurrence on this GPU per microbatch: under CP
+    # each rank runs the whole sequence for heads/(TP·CP) heads (Megatron gdn.py a2a_cp_to_hp),
+    # the same count as its s/(TP·CP) tokens × all heads.
+    gdn_token_heads: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StageAmounts:
+    rank: int
+    groups: tuple[LayerAmounts, ...]
+    counts: tuple[int, ...]  # layers of each group
+    logits_flops: float
+    pp_bytes: float
+    dp_bytes: float
+    optimizer_gpu_bytes: float
+    optimizer_host_params: float
+    optimizer_host_bytes: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunAmounts:
+    """Everything the step time needs that does not depend on fitted coefficients."""
+
+    stages: tuple[StageAmounts, ...]
+    gpu: str
+    gemm_peak_flops_per_second: float
+    bf16_peak_flops_per_second: float
+    tensor_core: str
+    hbm_bytes_per_second: float
+    nvlink_bytes_per_second: float
+    scaleout_bytes_per_second: float
+    host_link_bytes_per_second: float
+    tp_span: int
+    cp: int
+    cp_span: int
+    cp_a2a: bool
+    ep_local_share: float
+    ep_remote_share: float
+    dp_span: int
+    nvlink_domain: int
+    tokens_per_expert: float
+    # Rows (tokens) of the dense GEMMs of one microbatch on a GPU: s·b/cp (sequence parallelism
+    # gathers the TP group's tokens before each GEMM).
+    dense_gemm_rows: float
+    expert_gemm_size: float
+    local_experts: float
+    attention_chunk: float
+    dispatcher: str
+    ep_overlap: bool
+    cuda_graph_scope: frozenset[str]
+    recompute_granularity: str
+    recompute_modules: frozenset[str]
+    moe_imbalance: float
+    num_microbatches: int
+    pp: int
+    vpp: int
+    model_flops_per_step: float
+    tokens_per_step: float
+    world_size: int
+    # GEMM passes per layer: forward, data gradient, weight gradient; a frozen (LoRA) base skips
+    # the weight gradient (its adapters' GEMMs are counted apart, all three passes).
+    gemm_passes: int = 3
+    architecture: str = "hopper"
+
+    @property
+    def gemm_peak(self) -> float:
+        """Alias of gemm_peak_flops_per_second (FLOP/s), for callers written before the unit names."""
+        return self.gemm_peak_flops_per_second
+
+    @property
+    def bf16_peak(self) -> float:
+        """Alias of bf16_peak_flops_per_second (FLOP/s), for callers written before the unit names."""
+        return self.bf16_peak_flops_per_second
+
+
+def model_flops_per_token(model: ModelSpec, options: TrainingOptions, tp: int) -> float:
+    """The FLOPs per token that TFLOP/s and MFU count: Bridge's training count
+    (``estimate.flops``), or its LoRA count under LoRA (``estimate.flops.lora_model_flops_per_token``)."""
+    breakdown = flops_per_token(model, options.seq_len, tp=tp)
+    return lora_model_flops_per_token(breakdown) if options.is_lora else breakdown.total
+
+
+def gemm_passes(options: TrainingOptions) -> int:
+    """GEMM passes of a trained linear: forward, data gradient and weight gradient (3); a frozen
+    LoRA base runs no weight gradient (2)."""
+    return 2 if options.is_lora else 3
+
+
+def adapter_flops_per_token(model: ModelSpec, layer: int, options: TrainingOptions) -> tuple[float, float]:
+    """(dense, expert) adapter FLOPs per token of a layer, forward + backward, on the per-layer
+    scale of ``layer_flops_per_token`` (a GPU's FLOPs = this × its s·b/(tp·cp) tokens): 6·r·(in +
+    out) per dense adapter, × topk for a routed-expert adapter, which every routed token passes
+    (as ``expert_gemm_flops_per_moe_layer`` counts the experts). Zero without LoRA."""
+    if not options.is_lora:
+        return 0.0, 0.0
+    dense = expert = 0.0
+    for adapter in lora_adapters(model, layer, options.lora_targets):
+        flops = 6.0 * adapter.params(options.lora_rank)
+        if adapter.expert:
+            expert += flops * model.moe_router_topk
+        else:
+            dense += flops
+    return dense, expert
+
+
+def dense_gemm_kernels(model: ModelSpec, layer: int, passes: int) -> float:
+    """Dense GEMM kernels one layer launches per microbatch: its linear layers × ``passes``
+    (forward, data gradient, weight gradient). Mixer: GQA/SWA QKV + output (2); MLA the q down/up
+    (or one q projection), kv down/up and output (4–5), plus a DSA indexer layer's q and k (2);
+    Gated DeltaNet and Mamba in_proj + out_proj (2). MLP: fc1 + fc2 (2); a MoE layer its router
+    gate (1), shared expert (2) and LatentMoE's two projections (2). (Megatron's layer specs:
+    gpt_layer_specs.py, multi_latent_attention.py, gated_delta_net/gdn.py, mamba_mixer.py,
+    moe_layer.py.)"""
+    kind = attention_kind(model, layer)
+    mixer = 0
+    if kind is AttentionKind.MLA:
+        mixer = 5 if model.q_lora_rank else 4
+        mixer += 2 if model.is_dsa and model.has_dsa_indexer(layer) else 0
+    elif kind is not AttentionKind.NONE:
+        mixer = 2
+    mlp = 0
+    if model.is_moe_layer(layer):
+        mlp = 1 + 2 * (model.shared_ffn > 0) + 2 * bool(model.moe_latent_size)
+    elif model.has_mlp(layer):
+        mlp = 2
+    return float((mixer + mlp) * passes)
+
+
+def mixer_cp_a2a_bytes(run: RunConfig, kind: AttentionKind) -> float:
+    """All-to-all bytes per microbatch on one GPU of a GDN or Mamba mixer under CP (sequence ↔
+    heads, before and after the mixer, forward and backward): 2·(cp − 1)/cp · tokens · 2 B · width / tp."""
+    model, layout = run.model, run.layout
+    shape = token_shape(layout, run.options)
+    if layout.cp <= 1:
+        return 0.0
+    if kind is AttentionKind.GDN:
+        # GDN CP is Ulysses-style: in_proj output (q, k, v, z, β, α) all-to-all sequence → heads
+        # before the conv + recurrence, and the output back, forward and backward, not overlapped
+        # (Megatron-LM gdn.py a2a_cp_to_hp / a2a_hp_to_cp; kernel-rates-by-shape.md §4c).
+        qk = model.linear_num_key_heads * model.linear_key_head_dim
+        vd = model.linear_num_value_heads * model.linear_value_head_dim
+        width = 2 * qk + 2 * vd + 2 * model.linear_num_value_heads + vd
+        return 2 * (layout.cp - 1) / layout.cp * shape.tokens * BF16 * width / layout.tp
+    if kind is AttentionKind.MAMBA:
+        # Mamba CP trades sequence for heads: all-to-all of the in_proj output before the
+        # conv+scan and of its output after, forward and backward (mamba_context_parallel.py).
+        width = model.mamba_in_proj_size + model.mamba_inner_size
+        return 2 * (layout.cp - 1) / layout.cp * shape.tokens * BF16 * width / layout.tp
+    return 0.0
+
+
+def attention_cp_bytes(run: RunConfig, layer: int) -> tuple[float, float]:
+    """(KV bytes per ring step, all-to-all bytes) of a softmax-attention layer under CP, one GPU,
+    one microbatch: ring tokens · 2 B · KV width (/ tp unless DSA); a2a 2·2·(cp − 1)/cp · tokens ·
+    2 B · (2·q width + KV width) / tp (q, k, v in and the output back, forward and backward)."""
+    model, layout = run.model, run.layout
+    kind = attention_kind(model, layer)
+    if layout.cp <= 1 or not kind.is_softmax_attention:
+        return 0.0, 0.0
+    shape = token_shape(layout, run.options)
+    if model.is_dsa:
+        # DSA all-gathers only the latent keys (and an indexer layer's keys), which every TP
+        # rank holds whole (dsa.py gather_from_sequence_parallel_region); the exchange is
+        # costed like the ring's, per step of its local share.
+        width = model.kv_lora_rank + model.qk_pos_emb_head_dim
+        width += model.dsa_indexer_head_dim if model.has_dsa_indexer(layer) else 0
+        q_width = 0
+    elif model.multi_latent_attention:
+        width = model.num_attention_heads * (model.qk_head_dim + model.qk_pos_emb_head_dim + model.v_head_dim)
+        q_width = model.num_attention_heads * (model.qk_head_dim + model.qk_pos_emb_head_dim)
+    else:
+        width = 2 * model.query_groups * model.head_dim
+        q_width = model.num_attention_heads * model.head_dim
+    cp_kv = shape.tokens * BF16 * width / (1 if model.is_dsa else layout.tp)
+    cp_a2a = 2 * 2 * (layout.cp - 1) / layout.cp * shape.tokens * BF16 * (2 * q_width + width) / layout.tp
+    return cp_kv, cp_a2a
+
+
+def moe_layer_bytes(run: RunConfig, layer: int) -> tuple[float, float]:
+    """(EP dispatch + combine bytes, routed-token bytes the permutes move) of a layer, one GPU, one
+    microbatch. EP: 2 · Td · width · (dispatch bytes + 2 B), Td = routed tokens · etp · imbalance
+    (FP8 dispatch at 1 B with DeepEP / HybridEP); permuted: routed tokens · width · 2 B."""
+    model, layout, options = run.model, run.layout, run.options
+    if not model.is_moe_layer(layer):
+        return 0.0, 0.0
+    shape = token_shape(layout, options)
+    routed_tokens = shape.tokens / shape.sp * model.moe_router_topk
+    moe_token_bytes = routed_tokens * model.expert_width * BF16
+    ep_bytes = 0.0
+    if layout.ep * layout.etp > 1:
+        td = routed_tokens * layout.etp * options.moe_token_imbalance
+        dispatch = 1.0 if options.is_fp8 and options.dispatcher in ("deepep", "hybridep") else float(BF16)
+        ep_bytes = 2 * td * model.expert_width * (dispatch + BF16)
+    return ep_bytes, moe_token_bytes
+
+
+def tp_layer_bytes(run: RunConfig, layer: int) -> float:
+    """Sequence-parallel TP bytes of a layer, one GPU, one microbatch: per block (mixer, MLP) an
+    all-gather + reduce-scatter forward and backward, 4 · blocks · (tp − 1)/tp · tokens · h · 2 B."""
+    model, layout = run.model, run.layout
+    if layout.tp <= 1:
+        return 0.0
+    shape = token_shape(layout, run.options)
+    blocks = (attention_kind(model, layer) is not AttentionKind.NONE) + model.has_mlp(layer)
+    return 4 * blocks * (layout.tp - 1) / layout.tp * shape.tokens * model.hidden_size * BF16
+
+
+def _layer_amounts(run: RunConfig, layer: int, no_recompute: TrainingOptions) -> LayerAmounts:
+    """One layer's amounts (the stage counts its group's layers). ``no_recompute``: the
+    run's options without recompute (what the forward touches once)."""
+    model, layout, options = run.model, run.layout, run.options
+    tokens = options.seq_len * layout.mbs / (layout.tp * layout.cp)  # this GPU's share of the microbatch
+    f = layer_flops_per_token(model, layer, options.seq_len)
+    base_share = gemm_passes(options) / 3
+    adapter_dense, adapter_expert = adapter_flops_per_token(model, layer, options)
+    kind = attention_kind(model, layer)
+    cp_kv, cp_a2a = attention_cp_bytes(run, layer)
+    ep_bytes, moe_token_bytes = moe_layer_bytes(run, layer)
+    return LayerAmounts(
+        dense_flops=(f.dense_gemm * base_share + adapter_dense) * tokens,
+        expert_flops=(f.expert_gemm * base_share + adapter_expert) * tokens,
+        attention_flops=f.attention_core * tokens,
+        linear_flops=f.linear_attention * base_share * tokens,
+        up_projection_flops=f.up_projection * tokens,
+        dense_mlp_flops=f.dense_mlp * tokens,
+        elementwise_bytes=layer_activation_bytes(model, layer, token_shape(layout, options), no_recompute),
+        tp_bytes=tp_layer_bytes(run, layer),
+        cp_kv_bytes_per_step=cp_kv,
+        cp_a2a_bytes=cp_a2a if layout.cp_comm_type in ("a2a", "a2a+p2p") else 0.0,
+        ep_bytes=ep_bytes,
+        moe_token_bytes=moe_token_bytes,
+        is_moe=model.is_moe_layer(layer),
+        cp_mixer_a2a_bytes=mixer_cp_a2a_bytes(run, kind),
+        mamba_scan_flops=f.mamba_scan * tokens,
+        kind=kind,
+        has_mlp=model.has_mlp(layer),
+        dense_gemm_kernels=dense_gemm_kernels(model, layer, gemm_passes(options)),
+        gdn_token_heads=gdn_token_heads(tokens, model) if kind is AttentionKind.GDN else 0.0,
+    )
+
+
+# HBM bytes an Adam step touches per GPU-resident parameter (fused Adam, fp32 master weights and
+# moments): reads param, grad, m, v (4 × 4 B) and writes param, m, v (3 × 4 B) = 28.
+ADAM_GPU_BYTES_PER_PARAM = 28
+# Host-link bytes per offloaded parameter and step: its fp32 gradient to the host (4 B) and its
+# BF16 parameter back (2 B) (Megatron's HybridDeviceOptimizer, optimizer_cpu_offload).
+OFFLOAD_HOST_LINK_BYTES_PER_PARAM = 6
+
+
+def _stage_amounts(
+    run: RunConfig,
+    stage: PipelineStage,
+    stage_params: StageParams,
+    per_signature: dict[LayerSignature, LayerAmounts],
+    no_recompute: TrainingOptions,
+) -> StageAmounts:
+    """``stage_params``: the stage's parameters per GPU; ``per_signature``: one layer's amounts
+    per signature, shared by the run's stages (filled here); ``no_recompute``: the run's options
+    without recompute (what a forward touches once)."""
+    from lcmoe.estimate.memory import optimizer_shards
+
+    model, layout, options = run.model, run.layout, run.options
+    # MTP layers are transformer layers of the last decoder layer's kind (hybrid: the MTP depth).
+    counts = {layer_signature(model, first): [first, count] for first, count in stage.layer_groups}
+    if stage.mtp_layers:
+        mtp = model.mtp_layer
+        counts.setdefault(layer_signature(model, mtp), [mtp, 0])[1] += stage.mtp_layers
+    if any(key not in per_signature for key in counts):
+        for key, (first, _) in counts.items():
+            if key not in per_signature:
+                per_signature[key] = _layer_amounts(run, first, no_recompute)
+    groups = tuple(per_signature[key] for key in counts)
+    group_counts = tuple(count for _, count in counts.values())
+    tokens = options.seq_len * layout.mbs / (layout.tp * layout.cp)
+    logits = 0.0
+    if stage.has_loss:
+        passes = 2.0 * gemm_passes(options)
+        logits = passes * model.hidden_size * model.padded_vocab_size(layout.tp) * (1 + stage.mtp_layers) * tokens
+    shape = token_shape(layout, options)
+    pp_bytes = 2 * shape.tokens * model.hidden_size * BF16 / shape.sp if layout.pp > 1 else 0.0
+    params = stage_trained_params_per_gpu(model, layout, stage, options, stage_params)
+    grad_bytes = 4.0 if options.main_grads_dtype == "fp32" else 2.0
+    dense_dp, edp = layout.dp * layout.cp, max(layout.edp, 1)
+    dp_bytes = (
+        params.dense * (grad_bytes + 2) * (dense_dp - 1) / dense_dp + params.expert * (grad_bytes + 2) * (edp - 1) / edp
+    )
+    dense_shard, expert_shard = optimizer_shards(layout, options)
+    local = params.dense / dense_shard + params.expert / expert_shard
+    offloaded = local * options.optimizer_offload_fraction
+    return StageAmounts(
+        rank=stage.rank,
+        groups=groups,
+        counts=group_counts,
+        logits_flops=logits,
+        pp_bytes=pp_bytes,
+        dp_bytes=dp_bytes,
+        optimizer_gpu_bytes=(local - offloaded) * ADAM_GPU_BYTES_PER_PARAM,
+        optimizer_host_params=offloaded,
+        optimizer_host_bytes=offloaded * OFFLOAD_HOST_LINK_BYTES_PER_PARAM,
+    )
+
+
+def time_amounts(run: RunConfig, staged: StagedLayout | None = None) -> RunAmounts:
+    """The coefficient-free amounts of a run: FLOPs by kind and bytes by link, per stage.
+    ``staged`` (``staged_layout`` of the run's model and layout) may be passed when the caller
+    already has it (the planner does)."""
+    model, layout, hardware, options = run.model, run.layout, run.hardware, run.options
+    shape = token_shape(layout, options)
+    local_experts = max((model.num_moe_experts or 1) / layout.ep, 1.0)
+    local, remote = ep_link_shares(model, layout.ep, layout.etp, hardware.nvlink_domain_size, options.dispatcher)
+    tokens = layout.gbs * options.seq_len
+    per_signature: dict[LayerSignature, LayerAmounts] = {}
+    no_recompute = replace(options, recompute_granularity="none", recompute_modules=frozenset())
+    staged = staged or staged_layout(model, layout)
+    return RunAmounts(
+        stages=tuple(
+            _stage_amounts(run, stage, params, per_signature, no_recompute)
+            for stage, params in zip(staged.stages, staged.params, strict=True)
+        ),
+        gpu=hardware.name,
+        gemm_peak_flops_per_second=hardware.peak(options.tensor_core_precision),
+        bf16_peak_flops_per_second=hardware.peak("bf16"),
+        tensor_core=options.tensor_core_precision,
+        hbm_bytes_per_second=hardware.hbm_bandwidth,
+        nvlink_bytes_per_second=hardware.nvlink_bandwidth,
+        scaleout_bytes_per_second=hardware.scaleout_bandwidth,
+        host_link_bytes_per_second=hardware.host_link_bandwidth,
+        tp_span=layout.tp,
+        cp=layout.cp,
+        cp_span=layout.tp * layout.cp,
+        cp_a2a=layout.cp_comm_type in ("a2a", "a2a+p2p"),
+        ep_local_share=local,
+        ep_remote_share=remote,
+        dp_span=layout.world_size // layout.pp,
+        nvlink_domain=hardware.nvlink_domain_size,
+        tokens_per_expert=shape.tokens / shape.sp * model.moe_router_topk * layout.etp / local_experts,
+        dense_gemm_rows=options.seq_len * layout.mbs / layout.cp,
+        expert_gemm_size=model.expert_width * model.expert_ffn / layout.etp if model.is_moe else 0.0,
+        local_experts=local_experts if model.is_moe else 0.0,
+        attention_chunk=options.seq_len / layout.cp / (2 if layout.cp > 1 else 1),
+        dispatcher=options.dispatcher,
+        ep_overlap=options.overlap_moe_expert_parallel_comm,
+        cuda_graph_scope=frozenset(options.cuda_graph_scope),
+        recompute_granularity=options.recompute_granularity,
+        recompute_modules=options.recompute_modules,
+        moe_imbalance=options.moe_token_imbalance,
+        num_microbatches=max(layout.num_microbatches, 1),
+        pp=layout.pp,
+        vpp=layout.vpp,
+        model_flops_per_step=model_flops_per_token(model, options, layout.tp) * tokens,
+        tokens_per_step=tokens,
+        world_size=layout.world_size,
+        gemm_passes=gemm_passes(options),
+        architecture=hardware.architecture,
+    )

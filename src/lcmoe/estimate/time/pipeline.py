@@ -1,0 +1,72 @@
+"""The step: the slowest stage's microbatch time × (microbatches + pipeline bubble), plus exposed
+data-parallel gradient traffic and the optimizer step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lcmoe.estimate.memory import StagedLayout
+from lcmoe.estimate.time.amounts import RunAmounts, time_amounts
+from lcmoe.estimate.time.coefficients import TimeCoefficients, shipped_time_coefficients
+from lcmoe.estimate.time.communication import link_bandwidth
+from lcmoe.estimate.time.stage import stage_time
+from lcmoe.run import RunConfig
+
+
+# ----- the step ------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class TimeEstimate:
+    step_seconds: float
+    tokens_per_sec_per_gpu: float
+    model_tflops_per_gpu: float
+    mfu: float
+    breakdown: dict[str, float]
+    critical_stage: int
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "step_seconds": self.step_seconds,
+            "tokens_per_sec_per_gpu": self.tokens_per_sec_per_gpu,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "mfu": self.mfu,
+            "breakdown": self.breakdown,
+            "critical_stage": self.critical_stage,
+        }
+
+
+def combine(a: RunAmounts, c: TimeCoefficients) -> TimeEstimate:
+    """Step time from amounts and rates: (M + bubble) × slowest stage + exposed DP + optimizer."""
+    per_stage = [stage_time(a, stage, c) for stage in a.stages]
+    critical = max(range(len(per_stage)), key=lambda i: per_stage[i].total)
+    microbatch = per_stage[critical]
+    bubble_factor = (a.pp - 1) / a.vpp if a.pp > 1 else 0.0
+    dp_bw = link_bandwidth(a, a.dp_span, c)
+    dp = max(c.dp_exposed_fraction * s.dp_bytes / dp_bw for s in a.stages)
+    optimizer = max(
+        s.optimizer_gpu_bytes / a.hbm_bytes_per_second
+        + s.optimizer_host_params / c.host_adam_params_per_second
+        + s.optimizer_host_bytes / a.host_link_bytes_per_second
+        for s in a.stages
+    )
+    bubble = microbatch.total * bubble_factor
+    step = microbatch.total * a.num_microbatches + bubble + dp + optimizer
+    tflops = a.model_flops_per_step / step / a.world_size / 1e12
+    breakdown = microbatch.as_dict(a.num_microbatches)
+    breakdown.update(pipeline_bubble=bubble, dp_comm=dp, optimizer=optimizer)
+    return TimeEstimate(
+        step_seconds=step,
+        tokens_per_sec_per_gpu=a.tokens_per_step / step / a.world_size,
+        model_tflops_per_gpu=tflops,
+        mfu=tflops * 1e12 / a.bf16_peak_flops_per_second,
+        breakdown=breakdown,
+        critical_stage=a.stages[critical].rank,
+    )
+
+
+def estimate_time(
+    run: RunConfig, coefficients: TimeCoefficients | None = None, *, staged: StagedLayout | None = None
+) -> TimeEstimate:
+    """Step time of ``run`` with the shipped (or given) coefficients (``staged``: see
+    ``time_amounts``)."""
+    c = coefficients or shipped_time_coefficients(run.hardware.architecture)
+    return combine(time_amounts(run, staged), c)

@@ -1,0 +1,245 @@
+"""One pipeline stage's microbatch time (forward + backward on one GPU), term by term."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from lcmoe.estimate.time.amounts import LayerAmounts, RunAmounts, StageAmounts
+from lcmoe.estimate.time.coefficients import TimeCoefficients
+from lcmoe.estimate.time.communication import (
+    dispatcher_link_efficiency,
+    ep_exposed_seconds,
+    link_bandwidth,
+    scaleout_link_bandwidth,
+)
+from lcmoe.estimate.time.compute import (
+    attention_saturation,
+    gdn_kernel_seconds,
+    gemm_efficiency,
+    gemm_shape_cost,
+    grouped_gemm_saturation,
+    grouped_peak_flops_per_second,
+    narrow_m_factor,
+)
+from lcmoe.estimate.time.host import HOST_SYNCING_DISPATCHERS, exposed_host_seconds, layer_host_seconds
+from lcmoe.estimate.time.recompute import recompute_seconds
+
+
+@dataclass(frozen=True, slots=True)
+class StageTime:
+    """Seconds for one microbatch (forward + backward) on one GPU of a stage, by term."""
+
+    dense_gemm: float = 0.0
+    expert_gemm: float = 0.0
+    attention: float = 0.0
+    elementwise: float = 0.0
+    recompute: float = 0.0
+    tp_comm: float = 0.0
+    cp_comm: float = 0.0
+    ep_comm: float = 0.0
+    pp_comm: float = 0.0
+    overhead: float = 0.0
+    moe_permute: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return (
+            self.moe_permute
+            + self.dense_gemm
+            + self.expert_gemm
+            + self.attention
+            + self.elementwise
+            + self.recompute
+            + self.tp_comm
+            + self.cp_comm
+            + self.ep_comm
+            + self.pp_comm
+            + self.overhead
+        )
+
+    def as_dict(self, factor: float = 1.0) -> dict[str, float]:
+        return {f.name: getattr(self, f.name) * factor for f in fields(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class StageRates:
+    """The run-wide rates (one GPU) that a stage's amounts are divided by; built by ``stage_rates``."""
+
+    dense_gemm_flops_per_second: float  # peak · clock · GEMM efficiency of the tensor-core kind
+    dense_narrow_factor: float  # 1 + m½ / M for the dense GEMMs' M token rows (narrow_m_factor)
+    gemm_fixed_seconds: float  # per dense GEMM kernel (GemmShapeCost.fixed_seconds)
+    expert_gemm_flops_per_second: float  # grouped peak · clock · efficiency · saturation
+    attention_flops_per_second: float  # BF16 peak · clock · efficiency · chunk saturation
+    logits_flops_per_second: float  # the output layer: BF16 peak · clock · BF16 GEMM efficiency
+    tp_bytes_per_second: float
+    cp_bytes_per_second: float
+    ep_nvlink_bytes_per_second: float  # NVLink · EP link efficiency of the dispatcher
+    ep_network_bytes_per_second: float  # NIC · EP network efficiency of the dispatcher
+    pp_bytes_per_second: float  # stages sit in different NVLink domains: the NIC
+
+
+def stage_rates(a: RunAmounts, c: TimeCoefficients) -> StageRates:
+    """The rates of ``a`` at coefficients ``c`` (see StageRates' fields for each formula)."""
+    clock = c.gpu_clock.get(a.gpu, 1.0)
+    shape = gemm_shape_cost(a.architecture, a.tensor_core)
+    saturation = grouped_gemm_saturation(a.tokens_per_expert, c, a.expert_gemm_size)
+    attention_saturated = attention_saturation(a.attention_chunk, c)
+    return StageRates(
+        dense_gemm_flops_per_second=a.gemm_peak_flops_per_second * clock * gemm_efficiency(a.tensor_core, c),
+        dense_narrow_factor=narrow_m_factor(a.dense_gemm_rows, shape),
+        gemm_fixed_seconds=shape.fixed_seconds,
+        expert_gemm_flops_per_second=grouped_peak_flops_per_second(a, c)
+        * clock
+        * c.grouped_gemm_efficiency
+        * saturation,
+        attention_flops_per_second=a.bf16_peak_flops_per_second * clock * c.attention_efficiency * attention_saturated,
+        logits_flops_per_second=a.bf16_peak_flops_per_second * clock * c.gemm_efficiency_bf16,
+        tp_bytes_per_second=link_bandwidth(a, a.tp_span, c),
+        cp_bytes_per_second=link_bandwidth(a, a.cp_span, c),
+        ep_nvlink_bytes_per_second=a.nvlink_bytes_per_second
+        * dispatcher_link_efficiency(c.ep_comm_efficiency, a.dispatcher),
+        ep_network_bytes_per_second=a.scaleout_bytes_per_second
+        * dispatcher_link_efficiency(c.ep_network_efficiency, a.dispatcher),
+        pp_bytes_per_second=scaleout_link_bandwidth(a, c),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LayerSeconds:
+    """One layer's seconds per microbatch on one GPU, by term (``layer_seconds``)."""
+
+    dense: float
+    experts: float
+    attention: float
+    scan: float  # Mamba chunked scan + GDN recurrence
+    elementwise: float
+    recompute: float
+    tp: float
+    cp: float
+    ep: float
+    permute: float
+    host: float  # host launch time, before exposure
+    overhead: float  # the part of ``host`` the step sees
+
+    @property
+    def gpu(self) -> float:
+        """GPU time of the layer (what the host launches run ahead of)."""
+        return (
+            self.dense
+            + self.experts
+            + self.attention
+            + self.scan
+            + self.elementwise
+            + self.recompute
+            + self.tp
+            + self.cp
+            + self.ep
+            + self.permute
+        )
+
+
+def cp_ring_layer_seconds(a: RunAmounts, g: LayerAmounts, c: TimeCoefficients, cp_bw: float, attention: float) -> float:
+    """Exposed CP ring time of a layer: each of the 3·(cp − 1) ring steps (forward 1, backward 2)
+    exposes max(0, t_kv·(1 − cp_ring_hidden) − t_attention / cp / 3), t_kv = KV bytes per step / link."""
+    per_step_comm = g.cp_kv_bytes_per_step / cp_bw * (1.0 - c.cp_ring_hidden)
+    return 3 * (a.cp - 1) * max(0.0, per_step_comm - attention / a.cp / 3)
+
+
+def cp_layer_seconds(a: RunAmounts, g: LayerAmounts, c: TimeCoefficients, cp_bw: float, attention: float) -> float:
+    """CP time of a layer: the all-to-all bytes / link (a2a), else the exposed ring, plus a mixer's
+    (GDN, Mamba) own all-to-all."""
+    if a.cp_a2a:
+        cp = g.cp_a2a_bytes / cp_bw
+    elif a.cp > 1:
+        cp = cp_ring_layer_seconds(a, g, c, cp_bw, attention)
+    else:
+        cp = 0.0
+    return cp + g.cp_mixer_a2a_bytes / cp_bw
+
+
+def ep_layer_seconds(a: RunAmounts, g: LayerAmounts, r: StageRates) -> float:
+    """EP dispatch + combine of a layer: bytes · NVLink share / NVLink rate + bytes · NIC share / NIC
+    rate, then what ``ep_exposed_seconds`` leaves exposed."""
+    if not g.ep_bytes:
+        return 0.0
+    ep = g.ep_bytes * a.ep_local_share / r.ep_nvlink_bytes_per_second
+    ep += g.ep_bytes * a.ep_remote_share / r.ep_network_bytes_per_second
+    return ep_exposed_seconds(ep, overlap=a.ep_overlap, dispatcher=a.dispatcher)
+
+
+def layer_seconds(a: RunAmounts, g: LayerAmounts, c: TimeCoefficients, r: StageRates) -> LayerSeconds:
+    """Every term of one layer: each an amount of ``g`` over a rate of ``r`` (module docstring)."""
+    dense = (g.dense_flops + g.linear_flops) * r.dense_narrow_factor / r.dense_gemm_flops_per_second
+    dense += g.dense_gemm_kernels * r.gemm_fixed_seconds
+    experts = g.expert_flops / r.expert_gemm_flops_per_second * a.moe_imbalance if g.expert_flops else 0.0
+    attention = g.attention_flops / r.attention_flops_per_second
+    scan = g.mamba_scan_flops / c.mamba_scan_flops_per_second
+    if g.gdn_token_heads:
+        scan += gdn_kernel_seconds(g.gdn_token_heads, a.architecture)
+    elementwise = c.elementwise_traffic_factor * g.elementwise_bytes / a.hbm_bytes_per_second
+    tp = g.tp_bytes / r.tp_bytes_per_second * (1 - c.tp_overlap_hidden)
+    cp = cp_layer_seconds(a, g, c, r.cp_bytes_per_second, attention)
+    ep = ep_layer_seconds(a, g, r)
+    permute = c.moe_permute_passes * g.moe_token_bytes / a.hbm_bytes_per_second
+    recompute = recompute_seconds(
+        a, g, r.dense_gemm_flops_per_second, dense, experts, attention, elementwise, ep + permute, scan=scan
+    )
+    host = layer_host_seconds(a.cuda_graph_scope, g.is_moe, c, a.local_experts, kind=g.kind, has_mlp=g.has_mlp)
+    gpu = dense + experts + attention + scan + elementwise + recompute + tp + cp + ep + permute
+    # A full-iteration graph cannot contain a device-to-host sync (Megatron requires the
+    # static-shape path for it), so no dispatcher blocks the host there.
+    host_sync = g.is_moe and a.dispatcher in HOST_SYNCING_DISPATCHERS and "full_iteration" not in a.cuda_graph_scope
+    overhead = exposed_host_seconds(host, gpu, host_sync=host_sync)
+    return LayerSeconds(dense, experts, attention, scan, elementwise, recompute, tp, cp, ep, permute, host, overhead)
+
+
+def pp_stage_seconds(a: RunAmounts, stage: StageAmounts, r: StageRates, compute: float) -> float:
+    """PP send/recv of a stage per microbatch: vpp · bytes / NIC rate; with VPP > 1 only what
+    exceeds the stage's ``compute`` (dense, expert, attention, elementwise, recompute) shows."""
+    # Interleaved: every microbatch passes each rank once per model chunk, so vpp sends and
+    # receives per rank per microbatch (schedules.py forward_backward_pipelining_with_interleaving).
+    pp = a.vpp * stage.pp_bytes / r.pp_bytes_per_second if stage.pp_bytes else 0.0
+    if a.vpp > 1:
+        # Bridge sets overlap_p2p_comm=True whenever VPP > 1 (comm_overlap.py:422-560,
+        # megatron-bridge-facts.md §2): each chunk's send/recv runs while the next chunk computes,
+        # so only the comm beyond the stage's compute shows.
+        pp = max(0.0, pp - compute)
+    return pp
+
+
+def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients) -> StageTime:
+    """Forward + backward of one microbatch on one GPU of ``stage`` (see the module docstring)."""
+    r = stage_rates(a, c)
+    totals = dict.fromkeys(
+        ("dense", "expert", "attention", "elementwise", "recompute", "tp", "cp", "ep", "ovh", "permute"), 0.0
+    )
+    for g, count in zip(stage.groups, stage.counts, strict=True):
+        s = layer_seconds(a, g, c, r)
+        for key, value in (
+            ("dense", s.dense),
+            ("expert", s.experts),
+            ("attention", s.attention + s.scan),  # sequence mixing: attention core and Mamba scan
+            ("elementwise", s.elementwise),
+            ("recompute", s.recompute),
+            ("tp", s.tp),
+            ("cp", s.cp),
+            ("ep", s.ep),
+            ("ovh", s.overhead),
+            ("permute", s.permute),
+        ):
+            totals[key] += value * count
+    totals["dense"] += stage.logits_flops / r.logits_flops_per_second
+    compute = sum(totals[k] for k in ("dense", "expert", "attention", "elementwise", "recompute"))
+    return StageTime(
+        dense_gemm=totals["dense"],
+        expert_gemm=totals["expert"],
+        attention=totals["attention"],
+        elementwise=totals["elementwise"],
+        recompute=totals["recompute"],
+        tp_comm=totals["tp"],
+        cp_comm=totals["cp"],
+        ep_comm=totals["ep"],
+        pp_comm=pp_stage_seconds(a, stage, r, compute),
+        overhead=totals["ovh"],
+        moe_permute=totals["permute"],
+    )
