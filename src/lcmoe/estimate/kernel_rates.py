@@ -1,0 +1,484 @@
+"""Measured kernel rates keyed by GPU and shape, and pure lookups that interpolate between them.
+
+The data is ``lcmoe/data/kernel_rates.yaml``: published kernel measurements (FA3, cuDNN SDPA, FA4,
+DeepGEMM, FLA, mamba_ssm, torch/TE grouped GEMM, XLA's GEMM grids), each row with its source. A
+lookup returns a :class:`RateLookup`: the rate, the rows it came from (so ``estimate --explain``
+can cite them), which axes were clamped and which substitutions (another GPU, another attention
+kind, the other mask) were needed. ``None`` means no measured row exists for the GPU's family for
+that kernel and shape class; the caller then keeps its fitted efficiency.
+
+Interpolation (every lookup): rows are filtered to one GPU, dtype and set of categorical keys, then
+interpolated axis by axis in the order each function states. On one axis with measured values
+x_lo ≤ x ≤ x_hi (the nearest below and above):
+
+    r(x) = r(x_lo) + (r(x_hi) − r(x_lo)) · ln(x / x_lo) / ln(x_hi / x_lo)
+
+i.e. linear in log(shape), so a measured point is reproduced exactly and r stays between its two
+neighbours (monotone wherever the data is). Outside the measured range x is clamped to the nearest
+end (no extrapolation) and the axis is listed in ``RateLookup.clamped``.
+
+GPU fallback: a GPU without a matching row borrows its nearest measured sibling's rows, in the
+order the YAML lists (H200 ← H100/H800, GB200 ← B200, …), scaled by the ratio of dense peaks for
+the dtype (kernels-and-links.md §7: H100 = H200 = 989 BF16, same clock; B200 2250 vs GB200 2500).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from lcmoe.catalog import read_yaml_file, read_yaml_text
+from lcmoe.errors import LcmoeError
+
+Scalar = str | int | float | bool
+
+# kernel → (categorical keys matched exactly, numeric axes interpolated in this order).
+# Attention's "window" axis applies to kind "swa" only.
+KERNEL_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "attention": (("kind", "pass", "causal"), ("head_dim_qk", "window", "seq")),
+    "dsa_indexer": (("pass", "key_ranges"), ("seq_kv",)),
+    "dsa_sparse": (("pass",), ("head_dim_qk", "topk")),
+    "gdn": (("pass", "chunk"), ("head_dim", "token_heads")),
+    "mamba2": (("pass",), ("d_state", "headdim", "seq")),
+    "grouped_gemm": ((), ("tokens_per_expert", "k_in", "n_out")),
+    "gemm": ((), ("m", "n", "k")),
+}
+ATTENTION_KINDS = ("mha", "gqa", "mla", "swa", "sink")
+BOOKKEEPING = frozenset({"id", "source", "impl", "note", "derived", "lookup", "sku_note", "columns", "points"})
+VALUE_FIELDS = frozenset({"tflops", "time_ms", "flop", "tokens_per_s"})
+PEAK_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "mxfp8": "fp8", "fp8_blockwise": "fp8"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelRow:
+    """One measured point. ``value`` is in ``unit``: "flop/s" or "token_head/s" (tokens × heads
+    processed per second, for chunked scans whose time does not follow a FLOP count)."""
+
+    row_id: str
+    gpu: str
+    kernel: str
+    dtype: str
+    shape: tuple[tuple[str, Scalar], ...]
+    value: float
+    unit: str
+    source: str
+    impl: str = ""
+    note: str = ""
+    sku_note: str = ""
+    derived: bool = False
+    lookup: bool = True
+
+    def get(self, name: str) -> Scalar | None:
+        """The shape key ``name`` (None when the row does not have it)."""
+        return dict(self.shape).get(name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuFamily:
+    """A GPU with measured rows: dense peak TFLOP/s per dtype class and its fallback siblings."""
+
+    name: str
+    peak_tflops: tuple[tuple[str, float], ...]
+    siblings: tuple[str, ...]
+
+    def peak(self, dtype: str) -> float:
+        return dict(self.peak_tflops)[PEAK_DTYPE.get(dtype, "bf16")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelRates:
+    """The loaded table (see ``load_kernel_rates``)."""
+
+    gpus: tuple[GpuFamily, ...]
+    kind_fallback: tuple[tuple[str, tuple[str, ...]], ...]
+    rows: tuple[KernelRow, ...]
+
+    def gpu(self, name: str) -> GpuFamily:
+        return {g.name: g for g in self.gpus}[name]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RateLookup:
+    """A looked-up rate: ``value`` in ``unit`` for ``gpu``, measured on ``measured_gpu`` and
+    scaled by ``gpu_factor``; ``rows`` are the measured points interpolated between."""
+
+    value: float
+    unit: str
+    gpu: str
+    measured_gpu: str
+    gpu_factor: float
+    rows: tuple[KernelRow, ...]
+    clamped: tuple[str, ...] = ()
+    substitutions: tuple[str, ...] = ()
+
+    def seconds(self, amount: float) -> float:
+        """Time for ``amount`` FLOPs (or token·heads) at this rate: amount / value."""
+        return amount / self.value
+
+    def citation(self) -> str:
+        """The rows used and their sources, for ``--explain``."""
+        sources = dict.fromkeys(r.source for r in self.rows)
+        ids = ", ".join(r.row_id for r in self.rows)
+        notes = "; ".join((*self.substitutions, *(f"{a} clamped to the measured range" for a in self.clamped)))
+        return f"{ids} — {' | '.join(sources)}" + (f" ({notes})" if notes else "")
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def load_kernel_rates(path: str | Path | None = None) -> KernelRates:
+    """The kernel-rate table from ``path`` (None = the one shipped in ``lcmoe/data``); a missing
+    or malformed file is one LcmoeError naming the file, the series and the rule."""
+    if path is None:
+        text = resources.files("lcmoe.data").joinpath("kernel_rates.yaml").read_text(encoding="utf-8")
+        return kernel_rates_from_dict(read_yaml_text(text, origin="kernel_rates.yaml"), origin="kernel_rates.yaml")
+    data = read_yaml_file(path, field="kernel rates")
+    return kernel_rates_from_dict(data, origin=str(path))
+
+
+def kernel_rates_from_dict(data: Mapping[str, Any], *, origin: str) -> KernelRates:
+    """``KernelRates`` from the parsed YAML mapping (validated; duplicate lookup keys refused so
+    every measured point is reproduced exactly)."""
+    gpus = tuple(_gpu_family(origin, name, spec) for name, spec in _mapping(origin, "gpus", data.get("gpus")).items())
+    known = {g.name for g in gpus}
+    for g in gpus:
+        for s in g.siblings:
+            if s not in known:
+                raise LcmoeError(f"{origin}: gpus.{g.name}.siblings", s, "is not a GPU listed under gpus", "add it")
+    fallback = _mapping(origin, "attention_kind_fallback", data.get("attention_kind_fallback", {}))
+    kinds = tuple((str(k), tuple(str(x) for x in v)) for k, v in fallback.items())
+    series = data.get("series")
+    if not isinstance(series, list) or not series:
+        raise LcmoeError(
+            f"{origin}: series", series, "must be a non-empty list of measured series", "see the shipped file"
+        )
+    rows = tuple(row for i, entry in enumerate(series) for row in _series_rows(origin, i, entry, known))
+    _check_unique(origin, rows)
+    return KernelRates(gpus=gpus, kind_fallback=kinds, rows=rows)
+
+
+def _mapping(origin: str, field: str, value: object) -> dict[str, Any]:
+    if not isinstance(value, dict) or not value:
+        raise LcmoeError(
+            f"{origin}: {field}", value, "must be a non-empty mapping", "see the shipped kernel_rates.yaml"
+        )
+    return value
+
+
+def _gpu_family(origin: str, name: object, spec: object) -> GpuFamily:
+    where = f"{origin}: gpus.{name}"
+    spec = _mapping(origin, f"gpus.{name}", spec)
+    peaks = _mapping(origin, f"gpus.{name}.peak_tflops", spec.get("peak_tflops"))
+    if set(peaks) != {"bf16", "fp8"} or not all(_is_number(v) and v > 0 for v in peaks.values()):
+        raise LcmoeError(
+            where, peaks, "peak_tflops must give positive bf16 and fp8 numbers", "copy NVIDIA's dense peaks"
+        )
+    siblings = spec.get("siblings", [])
+    if not isinstance(siblings, list):
+        raise LcmoeError(f"{where}.siblings", siblings, "must be a list of GPU names", "e.g. [h100, h800]")
+    return GpuFamily(
+        name=str(name), peak_tflops=tuple((k, float(v)) for k, v in peaks.items()), siblings=tuple(map(str, siblings))
+    )
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _series_rows(origin: str, index: int, entry: object, gpus: set[str]) -> list[KernelRow]:
+    """The rows of one series: its shared fields merged with each point's columns."""
+    where = f"{origin}: series[{index}]"
+    if not isinstance(entry, dict):
+        raise LcmoeError(where, entry, "must be a mapping", "see the shipped kernel_rates.yaml")
+    sid, source = entry.get("id"), entry.get("source")
+    if not isinstance(sid, str) or not isinstance(source, str) or not source.strip():
+        raise LcmoeError(where, sid, "needs a string id and a non-empty source", "cite the paper or file:line")
+    columns, points = entry.get("columns"), entry.get("points")
+    if not isinstance(columns, list) or not isinstance(points, list) or not points:
+        raise LcmoeError(f"{where} ({sid})", columns, "needs columns (a list) and points (a non-empty list)", "")
+    shared = {k: v for k, v in entry.items() if k not in BOOKKEEPING}
+    rows = []
+    for j, point in enumerate(points):
+        if not isinstance(point, list) or len(point) != len(columns):
+            raise LcmoeError(f"{where} ({sid}) point {j}", point, f"must list {len(columns)} values", f"{columns}")
+        fields = {**shared, **dict(zip(map(str, columns), point, strict=True))}
+        label = ",".join(f"{c}={v}" for c, v in zip(columns, point, strict=True) if c not in VALUE_FIELDS)
+        rows.append(_row(f"{where} ({sid}) point {j}", f"{sid}[{label}]", entry, fields, gpus))
+    return rows
+
+
+def _row(where: str, row_id: str, entry: Mapping[str, Any], fields: dict[str, Any], gpus: set[str]) -> KernelRow:
+    kernel, gpu, dtype = fields.pop("kernel", None), fields.pop("gpu", None), fields.pop("dtype", None)
+    if kernel not in KERNEL_KEYS:
+        raise LcmoeError(f"{where}.kernel", kernel, f"must be one of {sorted(KERNEL_KEYS)}", "")
+    if gpu not in gpus or not isinstance(dtype, str) or dtype not in PEAK_DTYPE:
+        raise LcmoeError(
+            where, (gpu, dtype), f"gpu must be one of {sorted(gpus)}, dtype one of {sorted(PEAK_DTYPE)}", ""
+        )
+    value, unit = _value(where, fields)
+    categorical, axes = KERNEL_KEYS[kernel]
+    needed = [*categorical, *(a for a in axes if a != "window" or fields.get("kind") == "swa")]
+    missing = [k for k in needed if k not in fields]
+    if missing:
+        raise LcmoeError(where, row_id, f"lacks the shape keys {missing}", "add them to the series or its points")
+    if not all(_is_number(fields[a]) and fields[a] > 0 for a in needed[len(categorical) :]):
+        raise LcmoeError(where, row_id, f"axes {list(axes)} must be positive numbers", "")
+    shape = tuple(sorted((k, v) for k, v in fields.items() if k not in VALUE_FIELDS))
+    return KernelRow(
+        row_id=row_id, gpu=str(gpu), kernel=str(kernel), dtype=dtype, shape=shape, value=value, unit=unit,
+        source=str(entry["source"]), impl=str(entry.get("impl", "")), note=str(entry.get("note", "")),
+        sku_note=str(entry.get("sku_note", "")), derived=entry.get("derived") is True,
+        lookup=entry.get("lookup", True) is not False,
+    )  # fmt: skip
+
+
+def _value(where: str, fields: Mapping[str, Any]) -> tuple[float, str]:
+    """The rate from the value columns: tflops·1e12; flop / time; token_heads / time; or
+    tokens_per_s · heads (token·head/s)."""
+    tflops, time_ms = _positive_float(fields.get("tflops")), _positive_float(fields.get("time_ms"))
+    flop, token_heads = _positive_float(fields.get("flop")), _positive_float(fields.get("token_heads"))
+    tokens_per_s, heads = _positive_float(fields.get("tokens_per_s")), _positive_float(fields.get("heads"))
+    if tflops:
+        return tflops * 1e12, "flop/s"
+    if time_ms and (flop or token_heads):
+        return (flop or token_heads or 0.0) / (time_ms * 1e-3), "flop/s" if flop else "token_head/s"
+    if tokens_per_s and heads:
+        return tokens_per_s * heads, "token_head/s"
+    raise LcmoeError(
+        where, dict(fields), "needs tflops, time_ms with flop or token_heads, or tokens_per_s with heads", ""
+    )
+
+
+def _positive_float(value: object) -> float | None:
+    """``value`` as a float when it is a finite positive number, else None."""
+    return float(value) if _is_number(value) and float(value) > 0 else None  # type: ignore[arg-type]
+
+
+def _check_unique(origin: str, rows: Sequence[KernelRow]) -> None:
+    seen: dict[tuple[object, ...], str] = {}
+    for r in rows:
+        if not r.lookup:
+            continue
+        categorical, axes = KERNEL_KEYS[r.kernel]
+        key = (r.gpu, r.kernel, r.dtype, *(r.get(k) for k in (*categorical, *axes)))
+        if key in seen:
+            raise LcmoeError(origin, r.row_id, f"has the same lookup key as {seen[key]}", "mark one `lookup: false`")
+        seen[key] = r.row_id
+
+
+# ----------------------------------------------------------------------------- lookups
+
+
+def resolve_gpu(rates: KernelRates, gpu_family_or_name: str) -> str:
+    """The GPU family of a name such as "H100", "nvidia-h100-80gb-hbm3" or "GB200 NVL72": the
+    longest listed family its letters and digits start with (after an "nvidia" prefix)."""
+    key = re.sub(r"[^a-z0-9]", "", str(gpu_family_or_name).lower()).removeprefix("nvidia")
+    matches = [g.name for g in rates.gpus if key.startswith(g.name)]
+    if not matches:
+        names = ", ".join(g.name for g in rates.gpus)
+        raise LcmoeError("gpu", gpu_family_or_name, "has no kernel-rate family", f"use one of: {names}")
+    return max(matches, key=len)
+
+
+def _positive(**values: float | None) -> None:
+    for name, value in values.items():
+        if value is not None and (not _is_number(value) or value <= 0):
+            raise LcmoeError(name, value, "must be a positive number", "pass the per-rank shape")
+
+
+def _choice(name: str, value: str, allowed: Sequence[str]) -> None:
+    if value not in allowed:
+        raise LcmoeError(name, value, f"must be one of {list(allowed)}", "")
+
+
+def _bracket(points: Sequence[float], x: float) -> tuple[float, float]:
+    """The measured values just below and above x (both the nearest end when x is outside)."""
+    if x <= points[0]:
+        return points[0], points[0]
+    if x >= points[-1]:
+        return points[-1], points[-1]
+    hi = next(p for p in points if p >= x)
+    lo = max(p for p in points if p <= x)
+    return lo, hi
+
+
+def _interpolate(
+    rows: Sequence[KernelRow], axes: Sequence[tuple[str, float]]
+) -> tuple[float, tuple[KernelRow, ...], tuple[str, ...]]:
+    """(rate, rows used, clamped axes): on the first axis r = r_lo + (r_hi − r_lo)·ln(x/x_lo)/ln(x_hi/x_lo)
+    between the nearest measured values, each side interpolated on the remaining axes first."""
+    if not axes:
+        return rows[0].value, (rows[0],), ()  # unique: _check_unique refused duplicate keys
+    (name, x), rest = axes[0], axes[1:]
+    points = sorted({v for r in rows if (v := _positive_float(r.get(name))) is not None})
+    lo, hi = _bracket(points, x)
+    clamped = (name,) if not points[0] <= x <= points[-1] else ()
+    v_lo, used_lo, c_lo = _interpolate([r for r in rows if r.get(name) == lo], rest)
+    if hi == lo:
+        return v_lo, used_lo, tuple(dict.fromkeys((*clamped, *c_lo)))
+    v_hi, used_hi, c_hi = _interpolate([r for r in rows if r.get(name) == hi], rest)
+    t = math.log(x / lo) / math.log(hi / lo)
+    return v_lo + t * (v_hi - v_lo), used_lo + used_hi, tuple(dict.fromkeys((*clamped, *c_lo, *c_hi)))
+
+
+def _lookup(
+    rates: KernelRates,
+    gpu_name: str,
+    kernel: str,
+    dtype: str,
+    tiers: Sequence[tuple[str, Mapping[str, Scalar]]],
+    axes: Sequence[tuple[str, float]],
+) -> RateLookup | None:
+    """First tier (categorical keys) with rows on the GPU, else on its siblings in order; rate
+    scaled by peak(gpu, dtype) / peak(measured, dtype)."""
+    gpu = resolve_gpu(rates, gpu_name)
+    chain = (gpu, *rates.gpu(gpu).siblings)
+    for note, want in tiers:
+        for measured in chain:
+            rows = [
+                r
+                for r in rates.rows
+                if r.lookup and r.kernel == kernel and r.gpu == measured and r.dtype == dtype
+                and all(r.get(k) == v and type(r.get(k)) is type(v) for k, v in want.items())
+            ]  # fmt: skip
+            if not rows:
+                continue
+            value, used, clamped = _interpolate(rows, axes)
+            factor = rates.gpu(gpu).peak(dtype) / rates.gpu(measured).peak(dtype)
+            moved = (
+                (f"measured on {measured}, scaled ×{factor:.3f} (dense {dtype} peak ratio)",) if measured != gpu else ()
+            )
+            return RateLookup(
+                value=value * factor, unit=used[0].unit, gpu=gpu, measured_gpu=measured, gpu_factor=factor,
+                rows=used, clamped=clamped, substitutions=((note,) if note else ()) + moved,
+            )  # fmt: skip
+    return None
+
+
+def attention_rate(
+    rates: KernelRates,
+    gpu_family_or_name: str,
+    kind: str,
+    pass_: str,
+    head_dim_qk: int,
+    head_dim_v: int,
+    chunk_tokens: int,
+    window: int | None = None,
+    causal: bool = True,
+    dtype: str = "bf16",
+) -> RateLookup | None:
+    """Core-attention FLOP/s per useful FLOP (unmasked elements; a window counts W keys) for one
+    call over ``chunk_tokens`` queries. Axes: head_dim_qk, then window (kind "swa" only), then seq.
+    d_v is not an axis: the d_qk 192 / d_v 128 shape is kind "mla". Substitutions in order: the
+    kinds in ``attention_kind_fallback`` (mla → mha → gqa…), then the other mask (causal and
+    non-causal TFLOP/s agree within ~5% from 8K up, kernels-and-links.md §1b)."""
+    _choice("kind", kind, ATTENTION_KINDS)
+    _choice("pass", pass_, ("fwd", "bwd"))
+    _positive(head_dim_qk=head_dim_qk, head_dim_v=head_dim_v, chunk_tokens=chunk_tokens, window=window)
+    if (window is None) == (kind == "swa"):
+        raise LcmoeError("window", window, "is required for kind 'swa' and only for it", "pass kind='swa' with window")
+    kinds = (kind, *dict(rates.kind_fallback).get(kind, ()))
+    tiers: list[tuple[str, Mapping[str, Scalar]]] = [
+        (_attention_note(kind, k, causal, c), {"kind": k, "pass": pass_, "causal": c})
+        for c in (causal, not causal)
+        for k in kinds
+    ]
+    axes = [("head_dim_qk", float(head_dim_qk))]
+    axes += [("window", float(window))] if window is not None else []
+    return _lookup(rates, gpu_family_or_name, "attention", dtype, tiers, [*axes, ("seq", float(chunk_tokens))])
+
+
+def _attention_note(kind: str, used: str, causal: bool, used_causal: bool) -> str:
+    parts = [f"kind {used} rows for {kind}"] if used != kind else []
+    parts += [f"{'causal' if used_causal else 'non-causal'} rows for {'causal' if causal else 'non-causal'}"] * (
+        used_causal != causal
+    )
+    return "; ".join(parts)
+
+
+def dsa_indexer_rate(
+    rates: KernelRates,
+    gpu_family_or_name: str,
+    keys_per_query: int,
+    key_ranges: str = "causal_prefix",
+    pass_: str = "fwd",
+    dtype: str = "fp8",
+) -> RateLookup | None:
+    """Lightning-indexer logits FLOP/s (2·valid (q, k) pairs·H·D) at ``keys_per_query`` keys
+    (axis seq_kv). key_ranges: "causal_prefix" (each query sees its prefix) or "cp" (context-
+    parallel key ranges). No public backward or SM100 absolute rate exists (None)."""
+    _choice("key_ranges", key_ranges, ("causal_prefix", "cp"))
+    _positive(keys_per_query=keys_per_query)
+    tiers: list[tuple[str, Mapping[str, Scalar]]] = [("", {"pass": pass_, "key_ranges": key_ranges})]
+    return _lookup(rates, gpu_family_or_name, "dsa_indexer", dtype, tiers, [("seq_kv", float(keys_per_query))])
+
+
+def dsa_sparse_rate(
+    rates: KernelRates, gpu_family_or_name: str, pass_: str, head_dim_qk: int, topk: int, dtype: str = "bf16"
+) -> RateLookup | None:
+    """Top-k sparse MLA FLOP/s (2·S_q·H·topk·(D_qk + D_v) fwd, (3·D_qk + 2·D_v) bwd); axes
+    head_dim_qk then topk. Hopper has a forward rate only (FlashMLA); backward is SM100-only."""
+    _choice("pass", pass_, ("fwd", "bwd"))
+    _positive(head_dim_qk=head_dim_qk, topk=topk)
+    axes = [("head_dim_qk", float(head_dim_qk)), ("topk", float(topk))]
+    return _lookup(rates, gpu_family_or_name, "dsa_sparse", dtype, [("", {"pass": pass_})], axes)
+
+
+def gdn_scan_rate(
+    rates: KernelRates,
+    gpu_family_or_name: str,
+    pass_: str,
+    head_dim: int,
+    tokens: int,
+    heads: int,
+    chunk: int = 64,
+    dtype: str = "bf16",
+) -> RateLookup | None:
+    """Gated DeltaNet ``chunk_gated_delta_rule`` rate in token·heads per second for one call over
+    ``tokens`` (all sequences of the micro-batch on this rank) × ``heads`` (local heads); axes
+    head_dim then token_heads = tokens·heads (small calls are launch-bound, so the rate rises
+    with it). pass_: "fwd", "bwd" (derived: fwd+bwd − fwd) or "fwd_bwd"."""
+    _choice("pass", pass_, ("fwd", "bwd", "fwd_bwd"))
+    _positive(head_dim=head_dim, tokens=tokens, heads=heads, chunk=chunk)
+    axes = [("head_dim", float(head_dim)), ("token_heads", float(tokens) * float(heads))]
+    return _lookup(rates, gpu_family_or_name, "gdn", dtype, [("", {"pass": pass_, "chunk": chunk})], axes)
+
+
+def mamba_scan_rate(
+    rates: KernelRates,
+    gpu_family_or_name: str,
+    pass_: str,
+    d_state: int,
+    headdim: int,
+    seq: int,
+    dtype: str = "bf16",
+) -> RateLookup | None:
+    """Mamba-2 SSD (``mamba_chunk_scan_combined``) rate in token·heads per second; axes d_state,
+    headdim, seq. Only an H100 forward curve is public (None for backward)."""
+    _choice("pass", pass_, ("fwd", "bwd", "fwd_bwd"))
+    _positive(d_state=d_state, headdim=headdim, seq=seq)
+    axes = [("d_state", float(d_state)), ("headdim", float(headdim)), ("seq", float(seq))]
+    return _lookup(rates, gpu_family_or_name, "mamba2", dtype, [("", {"pass": pass_})], axes)
+
+
+def grouped_gemm_rate(
+    rates: KernelRates, gpu_family_or_name: str, dtype: str, tokens_per_expert: float, k_in: int, n_out: int
+) -> RateLookup | None:
+    """Expert grouped-GEMM FLOP/s (2·M·N·K); axes tokens_per_expert, k_in (reduce dim: hidden for
+    the up-projection, ffn for the down one), n_out (ffn, ×2 with a fused GLU; hidden)."""
+    _positive(tokens_per_expert=tokens_per_expert, k_in=k_in, n_out=n_out)
+    axes = [("tokens_per_expert", float(tokens_per_expert)), ("k_in", float(k_in)), ("n_out", float(n_out))]
+    return _lookup(rates, gpu_family_or_name, "grouped_gemm", dtype, [("", {})], axes)
+
+
+def gemm_rate(rates: KernelRates, gpu_family_or_name: str, dtype: str, m: int, n: int, k: int) -> RateLookup | None:
+    """Dense GEMM FLOP/s for C[m,n] = A[m,k]·B[k,n]; axes m, n, k."""
+    _positive(m=m, n=n, k=k)
+    return _lookup(
+        rates, gpu_family_or_name, "gemm", dtype, [("", {})], [("m", float(m)), ("n", float(n)), ("k", float(k))]
+    )
