@@ -6,6 +6,11 @@ traceback is shown only with ``--debug``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lcmoe.i18n import Language
+
 # How much of a user-supplied value a message echoes back (issue #31: a 10 MB value must not
 # come back as a 10 MB message). The field, rule and fix are lcmoe's own words but may quote
 # user text too (a path, a key), so they get a looser cap of their own.
@@ -55,12 +60,23 @@ class LcmoeError(Exception):
         self.value = value
         self.rule = rule
         self.fix = fix
-        text = f"{clip(str(field), MAX_PART_CHARS)} = {show_value(value)}: {clip(str(rule), MAX_PART_CHARS)}"
+        # The clipped parts, kept so the CLI can say the sentence in another language (i18n).
+        self.parts = (clip(str(field), MAX_PART_CHARS), show_value(value), clip(str(rule), MAX_PART_CHARS))
+        self.fix_text = clip(str(fix), MAX_PART_CHARS) if fix else ""
+        text = f"{self.parts[0]} = {self.parts[1]}: {self.parts[2]}"
         if fix:
-            text += f"; {clip(str(fix), MAX_PART_CHARS)}"
+            text += f"; {self.fix_text}"
         if not text.endswith((".", "?", "!")):
             text += "."
         super().__init__(text)
+
+    def sentence(self, lang: Language) -> str:
+        """The message in ``lang`` (``str(self)`` is the English one)."""
+        from lcmoe.i18n import Language, error_sentence
+
+        if lang is Language.EN:
+            return str(self)
+        return error_sentence(*self.parts, self.fix_text, lang)
 
 
 class UnknownNameError(LcmoeError):

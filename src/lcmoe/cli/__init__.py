@@ -8,8 +8,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable
-from typing import NoReturn
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
@@ -19,6 +19,10 @@ from lcmoe.cli.diagnose_cmd import calibrate, diagnose, preflight
 from lcmoe.cli.estimate_cmd import estimate
 from lcmoe.cli.flops_cmd import flops
 from lcmoe.cli.plan_cmd import plan, report, sweep
+from lcmoe.errors import clip
+
+if TYPE_CHECKING:
+    from lcmoe.i18n import Language
 
 EXIT_INTERRUPTED = 130
 
@@ -85,9 +89,16 @@ def _root(
         help="on an error, show the full traceback instead of one sentence (also after a command, "
         "or env LCMOE_DEBUG=1)",
     ),
+    lang: str = typer.Option(
+        None,
+        "--lang",
+        help="language of the output for people: en or zh (also after a command; default from "
+        "LC_ALL / LC_MESSAGES / LANG, zh_* gives zh); JSON stays English",
+    ),
 ) -> None:
     """Plan, check and debug long-context MoE training on Megatron Bridge / Megatron-Core."""
-    # --debug is read by main() before the command line reaches typer; declared here for --help.
+    # --debug and --lang are read by main() before the command line reaches typer; declared here
+    # for --help (and for a caller that runs `app` itself, which gets English).
 
 
 def _tolerant_streams() -> None:
@@ -115,7 +126,7 @@ def _silence_stdout() -> None:
     sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - lives until exit
 
 
-def _stream_failure(exc: OSError) -> NoReturn:
+def _stream_failure(exc: OSError, lang: Language | None = None) -> NoReturn:
     """A write to stdout failed (closed, full, a reader that went away): one sentence, exit 2
     (a broken pipe, whose reader has already left, exits 1 quietly)."""
     _silence_stdout()
@@ -123,71 +134,119 @@ def _stream_failure(exc: OSError) -> NoReturn:
         sys.exit(1)
     reason = exc.strerror or exc.__class__.__name__
     try:
-        sys.stderr.write(f"error: cannot write the output ({reason}); check the output file or terminal.\n")
+        from lcmoe.i18n import Language, translate
+
+        message = f"error: cannot write the output ({reason}); check the output file or terminal."
+        sys.stderr.write(translate(message, lang or Language.EN) + "\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
     sys.exit(2)
 
 
+def split_language(args: list[str], environ: Mapping[str, str]) -> tuple[Language, list[str]]:
+    """The output language and the arguments without ``--lang X`` / ``--lang=X`` (accepted before
+    or after the command, like --debug). Without --lang, the locale decides (i18n.language_from_env).
+    A missing or unknown value is bad usage: one sentence, exit 2."""
+    from lcmoe.i18n import language_from_env, parse_language
+
+    chosen: Language | None = None
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--lang" or arg.startswith("--lang="):
+            value = arg.partition("=")[2] if "=" in arg else (args[i + 1] if i + 1 < len(args) else "")
+            i += 1 if "=" in arg else 2
+            chosen = parse_language(value)
+            if chosen is None:
+                sys.stderr.write(f"error: --lang = {clip(repr(value))}: must be en or zh; e.g. --lang zh.\n")
+                sys.exit(2)
+            continue
+        rest.append(arg)
+        i += 1
+    return (chosen if chosen is not None else language_from_env(environ)), rest
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: domain errors become one sentence and exit code 2; an output that
-    cannot be written (closed or full stdout, an unwritable file) too, never a traceback."""
-    from lcmoe.errors import LcmoeError
-
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:]) or bool(os.environ.get("LCMOE_DEBUG"))
-    args = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--debug"]
+    cannot be written (closed or full stdout, an unwritable file) too, never a traceback.
+    Words for people come out in the language of --lang / the locale (i18n); JSON in English."""
+    raw = argv if argv is not None else sys.argv[1:]
+    debug = "--debug" in raw or bool(os.environ.get("LCMOE_DEBUG"))
     if sys.stdout is None or sys.stderr is None:  # started with fd 1 or 2 closed
         if sys.stderr is not None:
             sys.stderr.write("error: standard output is closed; run lcmoe with its output going somewhere.\n")
         sys.stdout = sys.stdout or open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
         sys.exit(2)
+    lang, args = split_language([a for a in raw if a != "--debug"], os.environ)
     # rich turns a console quiet for good after a broken pipe (Console.on_broken_pipe); a later
     # call in the same process (tests, a caller using main() as a library) writes to a new stream.
     from lcmoe.cli.common import stderr as err_console
     from lcmoe.cli.common import stdout as out_console
+    from lcmoe.i18n import Language, render_hook
 
     out_console.quiet = err_console.quiet = False
     _tolerant_streams()
+    consoles = (out_console, err_console) if lang is not Language.EN else ()
+    for console in consoles:  # translate what the commands print; popped when the call ends
+        console.push_render_hook(render_hook(lang))
     try:
-        app(args=args, prog_name="lcmoe", standalone_mode=True)
+        _run(args, lang, debug)
+    finally:
+        for console in consoles:
+            console.pop_render_hook()
+
+
+def _say(text: str, lang: Language) -> None:
+    """One of main's own messages on stderr, in ``lang``."""
+    from lcmoe.i18n import translate
+
+    sys.stderr.write(translate(text, lang) + "\n")
+
+
+def _run(args: list[str], lang: Language, debug: bool) -> None:
+    """Run the command line; map what escapes it to one sentence and an exit code."""
+    from lcmoe.errors import LcmoeError
+    from lcmoe.i18n import OutputContext, translate
+
+    try:
+        app(args=args, prog_name="lcmoe", standalone_mode=True, obj=OutputContext(lang=lang))
         sys.stdout.flush()
     except LcmoeError as exc:
         if debug:
             raise
         from lcmoe.cli.common import stderr
 
-        stderr.print(f"error: {exc}", highlight=False, markup=False)
+        stderr.print(translate("error: ", lang) + exc.sentence(lang), highlight=False, markup=False)
         _flush_or_fail()
         sys.exit(2)
     except KeyboardInterrupt:
-        sys.stderr.write("interrupted; nothing was written\n")
+        _say("interrupted; nothing was written", lang)
         sys.exit(130)
     except SystemExit as exc:
         if exc.code == EXIT_INTERRUPTED:  # typer turns Ctrl-C into a silent exit 130
-            sys.stderr.write("interrupted; nothing was written\n")
+            _say("interrupted; nothing was written", lang)
         _flush_or_fail()
         raise
     except RecursionError:
         if debug:
             raise
-        sys.stderr.write("error: an input nests too deeply to read; flatten it.\n")
+        _say("error: an input nests too deeply to read; flatten it.", lang)
         sys.exit(2)
     except MemoryError:
         if debug:
             raise
         _silence_stdout()
-        sys.stderr.write("error: an input needs more memory than lcmoe allows; check its sizes.\n")
+        _say("error: an input needs more memory than lcmoe allows; check its sizes.", lang)
         sys.exit(2)
     except OSError as exc:
         if debug or exc.errno is None:  # not an OS call that failed (e.g. a TimeoutError raised by code)
             raise
         if exc.filename is None:  # a write to stdout (closed, full, a reader gone)
-            _stream_failure(exc)
-        from lcmoe.errors import clip
-
+            _stream_failure(exc, lang)
         reason = exc.strerror or exc.__class__.__name__
-        sys.stderr.write(f"error: {clip(str(exc.filename))}: {reason}; check the path.\n")
+        _say(f"error: {clip(str(exc.filename))}: {reason}; check the path.", lang)
         sys.exit(2)
 
 

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.padding import Padding
 from rich.table import Table
 
+from lcmoe.i18n import Language, context_language, translate, translate_renderable
 from lcmoe.plan.format import PLAN_COLUMNS, labelled_rows
 
 LEFT_COLUMNS = ("layout", "recompute", "dispatcher", "graphs")
@@ -120,14 +121,17 @@ def fits(console: Console, table: Table) -> bool:
     return "…" not in buffer.getvalue()
 
 
-def print_plans(console: Console, payload: dict[str, Any], title: str) -> None:
-    """The plans of ``payload`` under ``title``: a table when the console is wide enough, else cards."""
-    tables = plan_tables(payload, title)
+def print_plans(console: Console, payload: dict[str, Any], title: str, lang: Language | None = None) -> None:
+    """The plans of ``payload`` under ``title``: a table when the console is wide enough, else cards.
+    Headers and words are in ``lang`` (default: the running command's --lang) before the width is
+    measured, so a Chinese table (two columns per character) is judged at its own width."""
+    lang = context_language() if lang is None else lang
+    tables = [translate_renderable(t, lang) for t in plan_tables(payload, title)]
     if all(fits(console, t) for t in tables):
         for table in tables:
             console.print(table)
         return
-    console.print(title, highlight=False, soft_wrap=False)
-    for title, card in plan_cards(payload):
-        console.print(f"[bold]{title}[/]", highlight=False)
-        console.print(Padding(card, (0, 0, 0, 2), expand=False), highlight=False)
+    console.print(translate(title, lang), highlight=False, soft_wrap=False, markup=False)
+    for card_title, card in plan_cards(payload):
+        console.print(translate(card_title, lang), style="bold", highlight=False, markup=False)
+        console.print(Padding(translate_renderable(card, lang), (0, 0, 0, 2), expand=False), highlight=False)
