@@ -35,9 +35,9 @@ TE_CUBLAS_WORKSPACE_BYTES = 32 * MIB
 TE_CUBLAS_WORKSPACE_BYTES_PRE_HOPPER = 4 * MIB
 TE_GROUPED_GEMM_STREAMS = 4
 
-# DeepEP: NVLink peers one rank's intranode buffer serves (deep_ep/buffer.py
-# ``NUM_MAX_NVL_PEERS = 8``, csrc/kernels/configs.cuh); an EP group larger than that uses the
-# internode (RDMA) path and its buffer whatever the NVLink domain. Each buffer ≈1 GiB
+# DeepEP: NVLink peers one rank's intranode buffer serves (csrc/kernels/configs.cuh
+# ``#define NUM_MAX_NVL_PEERS 8``, a compile-time constant); an EP group larger than that uses
+# the internode (RDMA) path and its buffer, whatever the hardware's NVLink domain. Each buffer ≈1 GiB
 # (DeepEP defaults; megatron-bridge-facts.md §6.13).
 DEEPEP_NVL_PEERS = 8
 DEEPEP_BUFFER_BYTES = GIB
