@@ -40,10 +40,11 @@ def _skip(amount: float = 1) -> None:
 
 
 def is_terminal(console: Console) -> bool:
-    """Whether the console writes to a real terminal. Asks the file itself rather than rich's
-    ``is_terminal``, which FORCE_COLOR turns on for pipes (a bar's redraws would fill a CI log)."""
+    """Whether the console writes to a real, interactive terminal. Asks the file itself as well as
+    rich's ``is_interactive`` (off for TERM=dumb and TTY_INTERACTIVE=0), because FORCE_COLOR makes
+    rich call a pipe a terminal and a bar's redraws would fill a CI log."""
     isatty = getattr(console.file, "isatty", None)
-    return bool(isatty and isatty()) and not console.is_dumb_terminal
+    return bool(isatty and isatty()) and console.is_interactive
 
 
 def _columns(unit: Unit) -> tuple[ProgressColumn, ...]:
