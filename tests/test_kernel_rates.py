@@ -73,7 +73,7 @@ def test_every_measured_point_is_reproduced_exactly(rates: KernelRates) -> None:
         got = _lookup_row(rates, row)
         assert got is not None, row.row_id
         assert got.value == row.value, row.row_id
-        assert got.rows == (row,) and got.gpu_factor == 1.0 and not got.clamped and not got.substitutions
+        assert got.rows == (row,) and got.factors == (1.0,) and not got.clamped and not got.substitutions
 
 
 def test_every_row_cites_a_source_and_has_a_positive_rate(rates: KernelRates) -> None:
@@ -138,7 +138,7 @@ def test_outside_the_measured_range_the_rate_is_clamped(rates: KernelRates) -> N
 def test_h200_falls_back_to_h100_at_factor_one(rates: KernelRates) -> None:
     # no MHA rows are measured on H200: the H100 FA3 rows are used, same 989 TFLOP/s peak
     got = attention_rate(rates, "NVIDIA H200", "mha", "fwd", 128, 128, 8192, causal=False)
-    assert got is not None and got.measured_gpu == "h100" and got.gpu_factor == 1.0 and got.value == 646e12
+    assert got is not None and got.measured_gpus == ("h100",) and got.factors == (1.0,) and got.value == 646e12
     assert any("measured on h100" in s for s in got.substitutions)
 
 
@@ -146,8 +146,24 @@ def test_gb200_falls_back_to_b200_by_peak_ratio(rates: KernelRates) -> None:
     # grouped GEMM BF16 is measured on B200 only: GB200 = B200 × 2500/2250
     b200 = grouped_gemm_rate(rates, "b200", "bf16", 16000, 7168, 2048)
     gb200 = grouped_gemm_rate(rates, "gb200-nvl72", "bf16", 16000, 7168, 2048)
-    assert b200 is not None and gb200 is not None and gb200.measured_gpu == "b200"
+    assert b200 is not None and gb200 is not None and gb200.measured_gpus == ("b200",)
     assert gb200.value == pytest.approx(b200.value * 2500 / 2250)
+
+
+def test_a_sparse_series_on_the_gpu_does_not_hide_a_siblings_curve(rates: KernelRates) -> None:
+    # H200 has one grouped-GEMM point (128000 tok/expert, 705 TFLOP/s); at 512 tok/expert the
+    # H100 torch._grouped_mm point (525) is used, and the H200 point still wins its own key
+    small = grouped_gemm_rate(rates, "h200", "bf16", 512, 5120, 8192)
+    own = grouped_gemm_rate(rates, "h200", "bf16", 128000, 7168, 7168)
+    assert small is not None and own is not None
+    assert small.measured_gpus == ("h100",) and small.value < 0.8 * own.value
+    assert own.measured_gpus == ("h200",) and own.factors == (1.0,)
+
+
+def test_the_gpus_own_point_wins_a_shared_key(rates: KernelRates) -> None:
+    # GB200 MLA causal fwd at 8K: cuDNN on GB200 (1585), not FA4 on B200 × 2500/2250
+    got = attention_rate(rates, "gb200", "mla", "fwd", 192, 128, 8192)
+    assert got is not None and got.value == 1585e12 and got.measured_gpus == ("gb200",)
 
 
 def test_no_measurement_in_the_family_gives_none(rates: KernelRates) -> None:

@@ -17,9 +17,11 @@ i.e. linear in log(shape), so a measured point is reproduced exactly and r stays
 neighbours (monotone wherever the data is). Outside the measured range x is clamped to the nearest
 end (no extrapolation) and the axis is listed in ``RateLookup.clamped``.
 
-GPU fallback: a GPU without a matching row borrows its nearest measured sibling's rows, in the
-order the YAML lists (H200 ← H100/H800, GB200 ← B200, …), scaled by the ratio of dense peaks for
-the dtype (kernels-and-links.md §7: H100 = H200 = 989 BF16, same clock; B200 2250 vs GB200 2500).
+GPU fallback: rows are pooled from the GPU and its siblings in the order the YAML lists (H200 ←
+H100, H800; GB200 ← B200, GB300, B300; …); a sibling row fills only a shape key the GPU itself has
+not measured and is scaled by the ratio of dense peaks for the dtype (kernels-and-links.md §7:
+H100 = H800 = H200 = 989 TFLOP/s BF16 at the same 1.98 GHz clock, factor 1; B200 2250 vs GB200
+2500, factor 1.111). Each scaled row is named in ``RateLookup.substitutions``.
 """
 
 from __future__ import annotations
@@ -63,17 +65,22 @@ ATTENTION_KINDS = ("mha", "gqa", "mla", "swa", "sink")
 
 @dataclass(frozen=True, kw_only=True)
 class RateLookup:
-    """A looked-up rate: ``value`` in ``unit`` for ``gpu``, measured on ``measured_gpu`` and
-    scaled by ``gpu_factor``; ``rows`` are the measured points interpolated between."""
+    """A looked-up rate: ``value`` in ``unit`` for ``gpu``. ``rows`` are the measured points
+    interpolated between and ``factors`` the peak-ratio scale applied to each (1.0 for the GPU's
+    own rows; peak(gpu)/peak(row's gpu) for a sibling's)."""
 
     value: float
     unit: str
     gpu: str
-    measured_gpu: str
-    gpu_factor: float
     rows: tuple[KernelRow, ...]
+    factors: tuple[float, ...]
     clamped: tuple[str, ...] = ()
     substitutions: tuple[str, ...] = ()
+
+    @property
+    def measured_gpus(self) -> tuple[str, ...]:
+        """The GPUs whose rows were used, in order of first use."""
+        return tuple(dict.fromkeys(r.gpu for r in self.rows))
 
     def seconds(self, amount: float) -> float:
         """Time for ``amount`` FLOPs (or token·heads) at this rate: amount / value."""
@@ -123,23 +130,43 @@ def _bracket(points: Sequence[float], x: float) -> tuple[float, float]:
     return lo, hi
 
 
+Scaled = tuple[KernelRow, float]  # a row and the peak-ratio factor its value is scaled by
+
+
 def _interpolate(
-    rows: Sequence[KernelRow], axes: Sequence[tuple[str, float]]
-) -> tuple[float, tuple[KernelRow, ...], tuple[str, ...]]:
+    rows: Sequence[Scaled], axes: Sequence[tuple[str, float]]
+) -> tuple[float, tuple[Scaled, ...], tuple[str, ...]]:
     """(rate, rows used, clamped axes): on the first axis r = r_lo + (r_hi − r_lo)·ln(x/x_lo)/ln(x_hi/x_lo)
     between the nearest measured values, each side interpolated on the remaining axes first."""
     if not axes:
-        return rows[0].value, (rows[0],), ()  # unique: _check_unique refused duplicate keys
+        row, factor = rows[0]  # unique: _check_unique and _pool refuse duplicate keys
+        return row.value * factor, (rows[0],), ()
     (name, x), rest = axes[0], axes[1:]
-    points = sorted({v for r in rows if (v := positive_float(r.get(name))) is not None})
+    points = sorted({v for r, _ in rows if (v := positive_float(r.get(name))) is not None})
     lo, hi = _bracket(points, x)
     clamped = (name,) if not points[0] <= x <= points[-1] else ()
-    v_lo, used_lo, c_lo = _interpolate([r for r in rows if r.get(name) == lo], rest)
+    v_lo, used_lo, c_lo = _interpolate([rf for rf in rows if rf[0].get(name) == lo], rest)
     if hi == lo:
         return v_lo, used_lo, tuple(dict.fromkeys((*clamped, *c_lo)))
-    v_hi, used_hi, c_hi = _interpolate([r for r in rows if r.get(name) == hi], rest)
+    v_hi, used_hi, c_hi = _interpolate([rf for rf in rows if rf[0].get(name) == hi], rest)
     t = math.log(x / lo) / math.log(hi / lo)
     return v_lo + t * (v_hi - v_lo), used_lo + used_hi, tuple(dict.fromkeys((*clamped, *c_lo, *c_hi)))
+
+
+def _pool(rates: KernelRates, gpu: str, kernel: str, dtype: str, want: Mapping[str, Scalar]) -> list[Scaled]:
+    """Matching rows of ``gpu``, then of its siblings in order for shape keys not yet measured,
+    each sibling row scaled by peak(gpu, dtype) / peak(sibling, dtype) — so one sparse series on
+    the GPU does not hide a sibling's shape curve, and the GPU's own point wins a shared key."""
+    categorical, axes = KERNEL_KEYS[kernel]
+    pooled: dict[tuple[Scalar | None, ...], Scaled] = {}
+    for measured in (gpu, *rates.gpu(gpu).siblings):
+        factor = rates.gpu(gpu).peak(dtype) / rates.gpu(measured).peak(dtype)
+        for r in rates.rows:
+            if not (r.lookup and r.kernel == kernel and r.gpu == measured and r.dtype == dtype):
+                continue
+            if all(r.get(k) == v and type(r.get(k)) is type(v) for k, v in want.items()):
+                pooled.setdefault(tuple(r.get(k) for k in (*categorical, *axes)), (r, factor))
+    return list(pooled.values())
 
 
 def _lookup(
@@ -150,29 +177,23 @@ def _lookup(
     tiers: Sequence[tuple[str, Mapping[str, Scalar]]],
     axes: Sequence[tuple[str, float]],
 ) -> RateLookup | None:
-    """First tier (categorical keys) with rows on the GPU, else on its siblings in order; rate
-    scaled by peak(gpu, dtype) / peak(measured, dtype)."""
+    """The first tier (categorical keys) with rows on the GPU or its siblings (``_pool``),
+    interpolated on ``axes``."""
     gpu = resolve_gpu(rates, gpu_name)
-    chain = (gpu, *rates.gpu(gpu).siblings)
     for note, want in tiers:
-        for measured in chain:
-            rows = [
-                r
-                for r in rates.rows
-                if r.lookup and r.kernel == kernel and r.gpu == measured and r.dtype == dtype
-                and all(r.get(k) == v and type(r.get(k)) is type(v) for k, v in want.items())
-            ]  # fmt: skip
-            if not rows:
-                continue
-            value, used, clamped = _interpolate(rows, axes)
-            factor = rates.gpu(gpu).peak(dtype) / rates.gpu(measured).peak(dtype)
-            moved = (
-                (f"measured on {measured}, scaled ×{factor:.3f} (dense {dtype} peak ratio)",) if measured != gpu else ()
-            )
-            return RateLookup(
-                value=value * factor, unit=used[0].unit, gpu=gpu, measured_gpu=measured, gpu_factor=factor,
-                rows=used, clamped=clamped, substitutions=((note,) if note else ()) + moved,
-            )  # fmt: skip
+        rows = _pool(rates, gpu, kernel, dtype, want)
+        if not rows:
+            continue
+        value, used, clamped = _interpolate(rows, axes)
+        moved = tuple(
+            f"{r.row_id} measured on {r.gpu}, scaled ×{f:.3f} (dense {dtype} peak ratio)"
+            for r, f in used
+            if r.gpu != gpu
+        )
+        return RateLookup(
+            value=value, unit=used[0][0].unit, gpu=gpu, rows=tuple(r for r, _ in used),
+            factors=tuple(f for _, f in used), clamped=clamped, substitutions=((note,) if note else ()) + moved,
+        )  # fmt: skip
     return None
 
 
