@@ -23,6 +23,13 @@ Sources: Korthikanti et al. 2022 "Reducing Activation Recomputation" (Table 2, p
 stored tensors); Megatron-Core ``transformer_layer.py``, ``moe/token_dispatcher.py``,
 ``moe/experts.py``, ``tensor_parallel/cross_entropy.py``; Bridge ``theoretical_memory_utils.py``
 (model-state bytes, megatron-bridge-facts.md §5.2).
+
+Modules: ``constants`` (byte widths and sourced fixed sizes), ``coefficients`` (the fitted
+coefficients and their priors), ``state`` (parameters, weights, gradients, optimizer state),
+``activations`` (per-block stored activations by mixer), ``layers`` (per-layer and per-chunk
+activations, LoRA, offloading, MTP, recompute), ``transients`` (working sets, workspaces, graph
+pools, dispatcher buffers), ``results`` (StageMemory, MemoryEstimate) and ``stage`` (assembly,
+``estimate_memory``). Every name is re-exported here.
 """
 
 from __future__ import annotations

@@ -13,23 +13,24 @@ from lcmoe.errors import LcmoeError
 COEFFICIENTS_FILE = "memory_coefficients.yaml"
 
 
-# Priors of the reserved-memory terms (nvidia-smi, not torch.cuda.max_memory_allocated). None is
-# constrained by the fit: its target is peak allocated (megatron_golden.csv), so these add to the
-# reserved peak only. The shipped yaml overrides a prior when fit_memory.py writes the field.
-# - Fragmentation with ``expandable_segments`` (reserved / allocated − 1): the prior when
-#   memory_points.csv publishes no allocated/reserved pair of one run; fit_memory.py
-#   ``fragmentation_from_points`` replaces it with their median (0.0397 shipped).
+# Priors of the reserved-memory terms (what reserved adds to allocated). None is constrained by
+# the fit, whose target is peak allocated (megatron_golden.csv), so these move the reserved peak
+# only; the shipped yaml overrides a prior when fit_memory.py writes the field.
+# - Fragmentation with ``expandable_segments`` (reserved / allocated − 1): an unsourced prior
+#   used only when memory_points.csv publishes no allocated/reserved pair of one run;
+#   fit_memory.py ``fragmentation_from_points`` replaces it with their median (0.0397 shipped).
 FRAGMENTATION_PRIOR = 0.045
-# - Fragmentation without expandable segments: a prior, unsourced in /work/shared/reference (no
-#   row there pairs reserved and allocated for a run without them); megatron-bridge-facts.md §6
-#   records only that expandable segments fixed fragmentation OOMs. A run measuring both would
-#   replace it.
+# - Fragmentation without expandable segments: an unsourced prior. The allocated/reserved pairs
+#   in memory_points.csv are Bridge recipes, which set ``expandable_segments:True``
+#   (megatron-bridge-facts.md §6), and the facts record only that it fixed fragmentation OOMs.
+#   A run measuring both without it would replace this.
 FRAGMENTATION_NO_EXPANDABLE_PRIOR = 0.36
-# - The CUDA context (driver, cuBLAS/cuDNN handles, lazily loaded kernels) and NCCL's
-#   communicator buffers, allocated outside PyTorch: priors, unsourced in /work/shared/reference
-#   (no nvidia-smi peak beside a torch peak there). NCCL's default per-peer buffer is
-#   NCCL_BUFFSIZE = 4 MiB per channel and peer (NCCL docs, env.html), so the true total scales
-#   with communicators, peers and channels; 0.5 GiB is a flat prior of that order, not derived.
+# - The CUDA context (driver, cuBLAS/cuDNN handles, loaded kernels) and NCCL's communicator
+#   buffers, allocated outside PyTorch: unsourced priors. The reserved peaks in
+#   /work/shared/reference are PyTorch's (``mem-max-reserved``), which exclude both, so no row
+#   constrains them. NCCL_BUFFSIZE is 4 MiB per channel and peer (NCCL docs, env.html), so the
+#   true total scales with communicators, peers and channels; 0.5 GiB is a flat prior of that
+#   order, not derived.
 CUDA_CONTEXT_PRIOR_BYTES = 0.55 * 1024**3
 NCCL_BUFFER_PRIOR_BYTES = 0.5 * 1024**3
 
