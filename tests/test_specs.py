@@ -28,6 +28,9 @@ REQUIRED_MODELS = {
     "moonlight-16b-a3b",
     "llama3-70b",
     "llama3.1-405b",
+    "qwen3.5-397b-a17b",
+    "qwen3.5-35b-a3b",
+    "deepseek-v4-flash",
 }
 
 
@@ -190,3 +193,38 @@ def test_a_bad_field_with_control_characters_stays_one_sentence() -> None:
         validate_or_explain(Spec, {"sources": {"\n\x0c": 1}}, origin="fuzz.yaml")
     text = str(err.value)
     assert text.isprintable() and "'\\n\\x0c'" in text
+
+
+def test_qwen3_5_397b_has_15_gated_attention_layers_and_gdn_elsewhere() -> None:
+    spec = load_model("qwen3.5-397b-a17b")
+    assert spec.linear_attention_pattern().count(False) == 15
+    assert spec.attention_label == "GQA+GDN" and spec.cost_model_gaps == ()
+
+
+def test_deepseek_v4_flash_layer_kinds_and_indexers() -> None:
+    from lcmoe.specs.layers import mixer_kind
+    from lcmoe.specs.model import AttentionKind
+
+    spec = load_model("deepseek-v4-flash")
+    assert spec.attention_label == "CSA"
+    assert all(mixer_kind(spec, i) is AttentionKind.CSA for i in range(spec.num_layers + 1))
+    # ratio-4 layers (2, 4, ..., 42) hold the indexer; the two window-only layers and MTP do not
+    assert [i for i in range(spec.num_layers) if spec.has_dsa_indexer(i)] == list(range(2, 43, 2))
+    assert not spec.has_dsa_indexer(spec.mtp_layer)
+    assert spec.csa_compress_ratio(3) == 128 and spec.csa_compress_ratio(spec.mtp_layer) == 0
+
+
+def test_a_model_whose_cost_is_not_modelled_is_refused_in_one_sentence() -> None:
+    from lcmoe.specs.layers import attention_kind
+
+    spec = load_model("deepseek-v4-flash")
+    with pytest.raises(LcmoeError, match="time and memory are not modelled for its DeepSeek-V4") as err:
+        attention_kind(spec, 0)
+    assert "hyper-connections (4 residual streams)" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_csa_ratios_must_cover_every_layer_and_mtp() -> None:
+    data = load_model("deepseek-v4-flash").model_dump(exclude_none=True)
+    data["csa_compress_ratios"] = data["csa_compress_ratios"][:-1]
+    with pytest.raises(LcmoeError, match="num_layers \\+ mtp_num_layers = 44"):
+        validate_or_explain(ModelSpec, data, origin="test")

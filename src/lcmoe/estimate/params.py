@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from lcmoe.specs.layers import LayerSignature as LayerSignature
 from lcmoe.specs.layers import attention_kind as attention_kind
 from lcmoe.specs.layers import layer_signature as layer_signature
+from lcmoe.specs.layers import mixer_kind
 from lcmoe.specs.model import AttentionKind, ModelSpec
 
 
@@ -84,6 +85,57 @@ def gdn_attention_params(spec: ModelSpec) -> int:
     return h * (2 * qk + 2 * vd + 2 * nv) + conv + 2 * nv + spec.linear_value_head_dim + vd * h + h
 
 
+def csa_attention_params(spec: ModelSpec) -> int:
+    """DeepSeek-V4 attention common to every layer (reference inference/model.py ``Attention``,
+    mapped by Bridge deepseek_v4_bridge.py): wq_a h·rq + q_norm rq + wq_b rq·n·D; one shared KV
+    head wkv h·D + kv_norm D; grouped output wo_a (n·D/g_o)·(g_o·r_o) + wo_b g_o·r_o·h; attn_sink
+    n; input norm h. DeepSeek-V4-Flash: 107 M per layer."""
+    h, n, d, rq = spec.hidden_size, spec.num_attention_heads, spec.v_head_dim, spec.q_lora_rank or 0
+    grouped = spec.o_groups * spec.o_lora_rank
+    return h * rq + rq + rq * n * d + h * d + d + (n * d // spec.o_groups) * grouped + grouped * h + n + h
+
+
+def csa_compressor_params(spec: ModelSpec, ratio: int, width: int) -> int:
+    """One KV compressor of ratio r over width w (reference ``Compressor``): overlapping windows
+    (c = 2) at r = 4, else c = 1; ape r·c·w, wkv and wgate h·c·w each, norm w."""
+    c = 2 if ratio == 4 else 1
+    return ratio * c * width + 2 * spec.hidden_size * c * width + width
+
+
+def csa_indexer_params(spec: ModelSpec) -> int:
+    """The indexer of a ratio-4 CSA layer (reference ``Indexer``): wq_b rq·ni·di from the query
+    latent, weights_proj h·ni, and its own ratio-4 compressor of width di."""
+    ni, di = spec.dsa_indexer_n_heads, spec.dsa_indexer_head_dim
+    return (spec.q_lora_rank or 0) * ni * di + spec.hidden_size * ni + csa_compressor_params(spec, 4, di)
+
+
+def csa_layer_extra_params(spec: ModelSpec, layer: int) -> int:
+    """What a CSA layer holds beyond ``csa_attention_params``: a compressor of width D where
+    r > 0, and an indexer where r = 4 (DeepSeek-V4-Flash: 19.1 M at r = 4, 4.3 M at r = 128)."""
+    ratio = spec.csa_compress_ratio(layer)
+    if not ratio:
+        return 0
+    indexer = csa_indexer_params(spec) if ratio == 4 else 0
+    return csa_compressor_params(spec, ratio, spec.v_head_dim) + indexer
+
+
+def hyper_connection_params(spec: ModelSpec) -> int:
+    """One mHC module (hyper_connection.py:182-193): mapping_proj n_hc·h·(n_hc² + 2·n_hc), no
+    bias; its static bias n_hc² + 2·n_hc; alpha_pre/post/res 3. A layer has one per sublayer (the
+    checkpoint's hc_attn_* and hc_ffn_*); 0 without hyper-connections."""
+    n = spec.mhc_num_residual_streams
+    mix = n * n + 2 * n
+    return n * spec.hidden_size * mix + mix + 3 if n else 0
+
+
+def hyper_connection_head_params(spec: ModelSpec) -> int:
+    """The learned contraction of the n_hc streams before an output head (the checkpoint's
+    hc_head_fn n_hc·(n_hc·h), hc_head_base n_hc, hc_head_scale 1; one more per MTP layer, Bridge
+    docs/models/deepseek/deepseek-v4.md:35)."""
+    n = spec.mhc_num_residual_streams
+    return n * n * spec.hidden_size + n + 1 if n else 0
+
+
 def mamba_mixer_params(spec: ModelSpec) -> int:
     """Mamba-2 mixer (mamba_mixer.py:281-450): in_proj h·(2·d_i + 2·G·N + nh) with its fused
     input norm h; conv1d (d_i + 2·G·N)·(W + 1) (weight and bias); dt_bias, A_log, D nh each;
@@ -101,6 +153,8 @@ def attention_params(spec: ModelSpec, kind: AttentionKind) -> int:
         return gdn_attention_params(spec)
     if kind is AttentionKind.MAMBA:
         return mamba_mixer_params(spec)
+    if kind is AttentionKind.CSA:
+        return csa_attention_params(spec)
     if kind is AttentionKind.NONE:
         return 0
     return gqa_attention_params(spec)
@@ -142,8 +196,10 @@ def moe_dense_params(spec: ModelSpec) -> int:
 
 
 def layer_params(spec: ModelSpec, layer: int) -> LayerParams:
-    """Parameters of decoder layer ``layer``; for MTP layers pass ``spec.mtp_layer``."""
-    kind = attention_kind(spec, layer)
+    """Parameters of decoder layer ``layer``; for MTP layers pass ``spec.mtp_layer``. Each
+    sublayer's hyper-connection module counts with it (attention's with attention, the MLP's with
+    the MLP)."""
+    kind = mixer_kind(spec, layer)
     is_moe = spec.is_moe_layer(layer)
     replicated = 0
     if is_moe:
@@ -153,7 +209,13 @@ def layer_params(spec: ModelSpec, layer: int) -> LayerParams:
         mlp, experts = 0, 0
     else:
         mlp, experts = dense_mlp_params(spec, spec.ffn_hidden_size), 0
-    attention = attention_params(spec, kind) + (dsa_indexer_params(spec) if spec.has_dsa_indexer(layer) else 0)
+    if kind is AttentionKind.CSA:
+        attention = attention_params(spec, kind) + csa_layer_extra_params(spec, layer)
+    else:
+        attention = attention_params(spec, kind) + (dsa_indexer_params(spec) if spec.has_dsa_indexer(layer) else 0)
+    hc = hyper_connection_params(spec)
+    attention += hc if kind is not AttentionKind.NONE else 0
+    mlp += hc if spec.has_mlp(layer) else 0
     return LayerParams(attention, mlp, experts, is_moe, kind, replicated)
 
 
@@ -215,9 +277,10 @@ def lora_adapters(spec: ModelSpec, layer: int, targets: frozenset[str]) -> tuple
 
 def mtp_extra_params(spec: ModelSpec) -> int:
     """Per MTP layer beyond its transformer layer: enorm h + hnorm h + eh_proj 2h·h + final norm h
-    (megatron/core/transformer/multi_token_prediction.py)."""
+    (megatron/core/transformer/multi_token_prediction.py; DeepSeek-V4 splits eh_proj into e_proj and
+    h_proj, h·h each, the same count) + its hyper-connection head contraction."""
     h = spec.hidden_size
-    return 3 * h + 2 * h * h
+    return 3 * h + 2 * h * h + hyper_connection_head_params(spec)
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,7 +318,7 @@ def count_params(spec: ModelSpec, *, include_mtp: bool = True, vocab: int | None
         mtp_active = spec.mtp_weight_layers * (
             last.dense + mtp_extra_params(spec) + (spec.moe_router_topk * per_expert if last.is_moe else 0)
         )
-    final_norm = h
+    final_norm = h + hyper_connection_head_params(spec)
     total = dense + routed + embedding + output + final_norm + mtp
     active = dense + active_routed + embedding + output + final_norm + mtp_active
     return ParamCount(total, active, embedding, output, routed, mtp)

@@ -4,6 +4,7 @@ layout code (pipeline stages) and the estimators both read it, and neither impor
 
 from __future__ import annotations
 
+from lcmoe.errors import LcmoeError
 from lcmoe.specs.model import AttentionKind, ModelSpec
 
 LayerSignature = tuple[bool, AttentionKind, bool, bool]
@@ -11,7 +12,25 @@ LayerSignature = tuple[bool, AttentionKind, bool, bool]
 
 def attention_kind(spec: ModelSpec, layer: int) -> AttentionKind:
     """Sequence-mixer kind of decoder layer ``layer`` (0-based); MTP layers pass
-    ``spec.mtp_layer`` (the rule is ``ModelSpec._attention_kinds``, cached on the frozen spec)."""
+    ``spec.mtp_layer`` (the rule is ``ModelSpec._attention_kinds``, cached on the frozen spec).
+
+    This is the estimators' door to a layer's mixer, so a model whose time or memory lcmoe does not
+    model (``ModelSpec.cost_model_gaps``: DeepSeek-V4's CSA/HCA, hyper-connections) is refused here
+    with one sentence instead of being costed as the GQA branch every estimator falls back to.
+    Parameter counts read ``mixer_kind``, which does not refuse."""
+    if spec.cost_model_gaps:
+        raise LcmoeError(
+            "model",
+            spec.name,
+            f"time and memory are not modelled for its {' and '.join(spec.cost_model_gaps)}",
+            "lcmoe counts its parameters (lcmoe models) but cannot plan or estimate it yet",
+        )
+    return spec._attention_kinds[layer]
+
+
+def mixer_kind(spec: ModelSpec, layer: int) -> AttentionKind:
+    """``attention_kind`` without the cost-model check: for parameter counts, which every
+    catalogued mixer has."""
     return spec._attention_kinds[layer]
 
 

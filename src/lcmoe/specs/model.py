@@ -15,6 +15,8 @@ Glossary (used in every formula docstring of lcmoe):
     m_w MTP layers holding weights: 1 with mtp_use_repeated_layer (transformer_config.py:82), else m
     Mamba-2 mixers (hybrid models): nh = mamba_num_heads, hd = mamba_head_dim,
     d_i = nh·hd (d_inner), N = mamba_state_dim, G = mamba_num_groups, W = mamba_conv_kernel_dim
+    DeepSeek-V4 (CSA): D = v_head_dim (its one head dim), r = compress ratio of a layer,
+    g_o = o_groups, r_o = o_lora_rank, n_hc = mhc_num_residual_streams
 
 Hybrid models (Nemotron-H, Nemotron-3) follow Megatron's ``hybrid_layer_pattern``: one symbol
 per layer — ``M`` Mamba-2 mixer, ``*`` self-attention, ``-`` dense MLP, ``E`` MoE — so a layer
@@ -69,13 +71,21 @@ class AttentionKind(str, Enum):
     SWA = "swa"
     GDN = "gdn"
     MAMBA = "mamba"
+    CSA = "csa"
     NONE = "none"
 
     @property
     def is_softmax_attention(self) -> bool:
-        """Q·Kᵀ attention (MLA, GQA, sliding window): what CP exchanges K/V for, and what the
-        core_attn / qkv / attn_proj modules exist in."""
-        return self in (AttentionKind.MLA, AttentionKind.GQA, AttentionKind.SWA)
+        """Q·Kᵀ attention (MLA, GQA, sliding window, DeepSeek-V4's CSA): what CP exchanges K/V
+        for, and what the core_attn / qkv / attn_proj modules exist in."""
+        return self in (AttentionKind.MLA, AttentionKind.GQA, AttentionKind.SWA, AttentionKind.CSA)
+
+    @property
+    def is_costed(self) -> bool:
+        """Whether lcmoe's time and memory models cover this mixer. CSA (DeepSeek-V4) is counted
+        (parameters) but not costed: its compressors, the top-k over compressed keys and the
+        sliding window have no FLOP, activation or kernel-rate terms yet."""
+        return self is not AttentionKind.CSA
 
 
 # Hybrid pattern symbols lcmoe models (hybrid_layer_allocation.py Symbols). GDN ('G'), DSA
@@ -166,6 +176,21 @@ class ModelSpec(StrictSpec):
     linear_value_head_dim: int = Field(default=0, ge=0)
     linear_conv_kernel_dim: int = Field(default=0, ge=0)
 
+    # DeepSeek-V4 hybrid attention (Megatron experimental_attention_variant="dsv4_hybrid"; Bridge
+    # deepseek_v4_bridge.py:397-477): one shared KV head of width D = v_head_dim, q through
+    # q_lora_rank, a grouped low-rank output projection (g_o groups of rank r_o), and per layer
+    # (MTP layers included) a compress ratio r: 0 = sliding window only, 4 = CSA (overlapping
+    # compressed KV plus a DSA indexer picking dsa_indexer_topk compressed keys), 128 = HCA
+    # (heavily compressed KV, no indexer); every layer also attends its csa_window_size window.
+    csa_compress_ratios: tuple[int, ...] = Field(default=(), description="per layer then MTP layers; () = no CSA")
+    csa_window_size: int = Field(default=0, ge=0, description="sliding window every CSA layer attends")
+    o_groups: int = Field(default=0, ge=0, description="grouped output projection: groups (wo_a)")
+    o_lora_rank: int = Field(default=0, ge=0, description="grouped output projection: rank per group")
+    # Manifold-constrained hyper-connections (Megatron enable_mhc_connections with
+    # mhc_num_residual_streams, transformer_config.py:1142-1148; hyper_connection.py): the residual
+    # is n_hc streams of width h mixed per sublayer. 0 = a plain residual.
+    mhc_num_residual_streams: int = Field(default=0, ge=0, le=64)
+
     # Mixture of experts.
     num_moe_experts: int | None = Field(default=None, gt=0, le=1_000_000)
     moe_router_topk: int = Field(default=0, ge=0)
@@ -180,6 +205,12 @@ class ModelSpec(StrictSpec):
     moe_router_group_topk: int | None = Field(default=None, gt=0)
     moe_router_enable_expert_bias: bool = False
     moe_expert_bias: bool = Field(default=False, description="biases on expert linears (GPT-OSS)")
+    moe_n_hash_layers: int = Field(
+        default=0,
+        ge=0,
+        description="first layers routed by a fixed token-id → experts table (DeepSeek-V4 tid2eid, a buffer: "
+        "no parameters beyond the router's)",
+    )
 
     mtp_num_layers: int = Field(default=0, ge=0, le=64)
     mtp_use_repeated_layer: bool = Field(
@@ -254,6 +285,8 @@ class ModelSpec(StrictSpec):
             raise ValueError("gated delta net needs linear key/value heads, head dims and conv kernel > 0")
         if self.hybrid_layer_pattern is not None:
             self._check_hybrid()
+        if self.csa_compress_ratios:
+            self._check_csa()
         if self.window_size is not None and (self.window_size[0] < 0 or self.window_size[1] < 0):
             raise ValueError(f"window_size = {self.window_size} must be two non-negative numbers")
         for key in self.recipe_pipeline_layouts:
@@ -301,7 +334,46 @@ class ModelSpec(StrictSpec):
         if self.multi_latent_attention or self.linear_attention_type is not None:
             raise ValueError("hybrid_layer_pattern models use '*' attention layers; MLA and GDN are not modelled there")
 
+    def _check_csa(self) -> None:
+        ratios, expected = self.csa_compress_ratios, self.num_layers + self.mtp_num_layers
+        if len(ratios) != expected:
+            raise ValueError(
+                f"csa_compress_ratios has {len(ratios)} entries; it needs num_layers + mtp_num_layers = {expected} "
+                "(Bridge deepseek_v4_bridge.py _dsv4_compress_ratios)"
+            )
+        if any(r < 0 or r == 1 for r in ratios):
+            raise ValueError("csa_compress_ratios entries must be 0 (window only) or a ratio ≥ 2, e.g. 4 or 128")
+        if not (self.multi_latent_attention and self.q_lora_rank and self.o_groups and self.o_lora_rank):
+            raise ValueError("CSA needs multi_latent_attention, q_lora_rank, o_groups and o_lora_rank > 0")
+        if self.num_attention_heads % self.o_groups:
+            raise ValueError(f"o_groups = {self.o_groups} must divide num_attention_heads = {self.num_attention_heads}")
+        if 4 in ratios and not self.is_dsa:
+            raise ValueError("CSA layers of ratio 4 hold a DSA indexer: set dsa_indexer_n_heads, _head_dim and _topk")
+        if self.hybrid_layer_pattern is not None or self.linear_attention_type is not None:
+            raise ValueError("CSA (DeepSeek-V4) is not modelled together with hybrid or linear-attention layers")
+
     # ----- derived sizes ------------------------------------------------------------------
+    @property
+    def is_csa(self) -> bool:
+        """DeepSeek-V4 hybrid attention (per-layer compress ratios)."""
+        return bool(self.csa_compress_ratios)
+
+    def csa_compress_ratio(self, layer: int) -> int:
+        """r of decoder layer ``layer`` (``mtp_layer`` for the first MTP layer); 0 without CSA or
+        past the list (an ``mtp_layer`` index of a model without MTP)."""
+        return self.csa_compress_ratios[layer] if layer < len(self.csa_compress_ratios) else 0
+
+    @property
+    def cost_model_gaps(self) -> tuple[str, ...]:
+        """Parts of this model lcmoe counts (parameters) but whose time and memory it does not
+        model; ``plan`` / ``estimate`` refuse such a model rather than print wrong numbers."""
+        gaps = []
+        if self.is_csa:
+            gaps.append("DeepSeek-V4 compressed sparse / heavily compressed attention (CSA/HCA)")
+        if self.mhc_num_residual_streams:
+            gaps.append(f"hyper-connections ({self.mhc_num_residual_streams} residual streams)")
+        return tuple(gaps)
+
     @property
     def mtp_weight_layers(self) -> int:
         """MTP layers that hold weights (m_w): Megatron builds one layer and applies it at every
@@ -316,7 +388,9 @@ class ModelSpec(StrictSpec):
     @property
     def attention_label(self) -> str:
         """The sequence mixers in one word, as ``lcmoe models`` lists them: MLA, MLA+DSA, GQA,
-        GQA+GDN (Gated DeltaNet layers) or GQA+SWA (sliding-window layers)."""
+        GQA+GDN (Gated DeltaNet layers), GQA+SWA (sliding-window layers) or CSA (DeepSeek-V4)."""
+        if self.is_csa:
+            return "CSA"
         if self.multi_latent_attention:
             return "MLA+DSA" if self.is_dsa else "MLA"
         if self.linear_attention_type:
@@ -464,6 +538,8 @@ class ModelSpec(StrictSpec):
                     return AttentionKind.NONE
             if self._linear_pattern[layer]:
                 return AttentionKind.GDN
+            if self.is_csa:
+                return AttentionKind.CSA
             if self.multi_latent_attention:
                 return AttentionKind.MLA
             if self._window_pattern[layer]:
@@ -475,7 +551,9 @@ class ModelSpec(StrictSpec):
     @cached_property
     def _indexer_pattern(self) -> tuple[bool, ...]:
         """True where a DSA layer runs its own indexer (decoder layer i is layer number i+1; the
-        MTP layer, index ``mtp_layer``, is number 1 of its own block)."""
+        MTP layer, index ``mtp_layer``, is number 1 of its own block). CSA: the ratio-4 layers."""
+        if self.is_csa:
+            return tuple(self.csa_compress_ratio(i) == 4 for i in range(self.num_layers + 1))
         if not self.is_dsa:
             return (False,) * (self.num_layers + 1)
         return (*(self.dsa_computes_topk(i + 1) for i in range(self.num_layers)), self.dsa_computes_topk(1))
