@@ -237,7 +237,7 @@ def test_cli_subprocess_reads_lang_from_the_environment(tmp_path: Path) -> None:
     env.pop("LC_ALL", None)
     env.pop("LC_MESSAGES", None)
     done = subprocess.run(
-        [sys.executable, "-c", "from lcmoe.cli import main; main()", "plan", "-m", "nosuchmodel", "-n", "8", "-s", "4k"],
+        [sys.executable, "-c", "from lcmoe.cli import main; main()", *HOSTILE["unknown model"]],
         capture_output=True,
         text=True,
         encoding="utf-8",
