@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
@@ -19,6 +19,10 @@ from lcmoe.cli.common import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, JSON, print
 from lcmoe.errors import LcmoeError
 from lcmoe.specs.model import ModelSpec
 from lcmoe.units import whole_number
+
+if TYPE_CHECKING:
+    from lcmoe.run import RunConfig
+    from lcmoe.specs.hardware import HardwareSpec
 
 MAX_INPUT_BYTES = 16 * 1024 * 1024
 
@@ -142,10 +146,33 @@ def check(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="one verdict line"),
 ) -> None:
     """Check an existing config: legality with fixes, the memory verdict, the time estimate and the LC-* rules."""
+    spec_model, gpu_name, world, hardware = _check_inputs(source, model, gpu, gpus, hardware_file, hw)
+    text = read_input(source)
+    fmt, run, unknown = parse_run(
+        text,
+        model=spec_model,
+        gpu=gpu_name,
+        gpus=world,
+        seq_len=seq_len,
+        hardware=hardware,
+        source=source,
+    )
+    not_held = _intended_overrides(intended, text, fmt) if intended is not None else None
+    result = _findings(run, unknown, fmt, not_held, megatron_core_version, calibration)
+    if json_output:
+        print_json(result)
+    elif quiet:
+        _print_quiet(result)
+    else:
+        _render(result)
+    raise typer.Exit(result["exit_code"])
+
+
+def _check_inputs(
+    source: str, model: str | None, gpu: str | None, gpus: int | None, hardware_file: Path | None, hw: list[str]
+) -> tuple[str | ModelSpec | None, str, int, HardwareSpec]:
+    """Model, GPU name, GPU count and hardware: the options, else the plan.json beside the file."""
     from lcmoe.config_io.plan_json import plan_specs
-    from lcmoe.estimate.report import estimate_run
-    from lcmoe.rules.advice import advise
-    from lcmoe.rules.legality import violations
 
     planned = emitted_plan_inputs(source)
     spec_model: str | ModelSpec | None = model
@@ -159,47 +186,55 @@ def check(
         raise LcmoeError("--gpus", world, "is needed (no plan.json next to the file says it)", "e.g. --gpus 256")
     planned_hardware = plan_specs(planned)[1] if isinstance(planned.get("hardware_spec"), dict) else None
     if planned_hardware is not None and gpu is None and hardware_file is None and not hw:
-        hardware = planned_hardware
-    else:
-        hardware = resolve_hardware(gpu_name, hardware_file=hardware_file, overrides=hw)
-    text = read_input(source)
-    fmt, run, unknown = parse_run(
-        text,
-        model=spec_model,
-        gpu=gpu_name,
-        gpus=world,
-        seq_len=seq_len,
-        hardware=hardware,
-        source=source,
-    )
-    errors = unknown + (
-        [v.as_dict() for v in violations(run, megatron_core_version=megatron_core_version)] if run else []
-    )
+        return spec_model, gpu_name, world, planned_hardware
+    return spec_model, gpu_name, world, resolve_hardware(gpu_name, hardware_file=hardware_file, overrides=hw)
+
+
+def _findings(
+    run: RunConfig | None,
+    unknown: list[dict[str, Any]],
+    fmt: str,
+    intended: list[dict[str, object]] | None,
+    mcore: str,
+    calibration: Path | None,
+) -> dict[str, Any]:
+    """The check's JSON document: legality errors, advice, the --intended overrides not held, the
+    estimate when legal, and the exit code."""
+    from lcmoe.estimate.report import estimate_run
+    from lcmoe.rules.advice import advise
+    from lcmoe.rules.legality import violations
+
+    errors = unknown + ([v.as_dict() for v in violations(run, megatron_core_version=mcore)] if run else [])
     advice = [a.as_dict() for a in advise(run)] if run else []
     result: dict[str, Any] = {"format": fmt, "errors": errors, "advice": advice}
     if intended is not None:
-        result["intended"] = _intended_overrides(intended, text, fmt)
+        result["intended"] = intended
     if not errors and run is not None:
         result.update(estimate_run(run, ro.time_coefficients(calibration, run.hardware)))
-    warnings = [a for a in advice if a["severity"] in ("warn", "error")]
-    # A predicted OOM is an error: the run would not start (exit 2 gates a CI job; 1 is warnings only).
-    if errors or not result["memory"]["fits"]:
+    return _with_exit_code(result)
+
+
+def _warnings(result: dict[str, Any]) -> list[dict[str, Any]]:
+    return [a for a in result["advice"] if a["severity"] in ("warn", "error")]
+
+
+def _with_exit_code(result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with its ``exit_code`` (last key): 2 for errors or a predicted OOM (the run would
+    not start; exit 2 gates a CI job), 1 for warnings or intended overrides not held, else 0."""
+    if result["errors"] or not result["memory"]["fits"]:
         code = EXIT_BAD_INPUT
-    elif warnings or result.get("intended"):
+    elif _warnings(result) or result.get("intended"):
         code = EXIT_FINDINGS
     else:
         code = EXIT_OK
-    result["exit_code"] = code
-    if json_output:
-        print_json(result)
-    elif quiet:
-        memory = result.get("memory", {})
-        fits = "" if errors else ("OOM" if not memory["fits"] else "fits, at risk" if memory["oom_risk"] else "fits")
-        lost = f", {len(result['intended'])} intended overrides not held" if result.get("intended") else ""
-        stdout.print(f"{len(errors)} errors, {len(warnings)} warnings {fits}".strip() + lost, highlight=False)
-    else:
-        _render(result)
-    raise typer.Exit(code)
+    return {**result, "exit_code": code}
+
+
+def _print_quiet(result: dict[str, Any]) -> None:
+    errors, memory = result["errors"], result.get("memory", {})
+    fits = "" if errors else ("OOM" if not memory["fits"] else "fits, at risk" if memory["oom_risk"] else "fits")
+    lost = f", {len(result['intended'])} intended overrides not held" if result.get("intended") else ""
+    stdout.print(f"{len(errors)} errors, {len(_warnings(result))} warnings {fits}".strip() + lost, highlight=False)
 
 
 def _intended_overrides(path: Path, saved_text: str, fmt: str) -> list[dict[str, object]]:
