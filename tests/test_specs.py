@@ -228,3 +228,77 @@ def test_csa_ratios_must_cover_every_layer_and_mtp() -> None:
     data["csa_compress_ratios"] = data["csa_compress_ratios"][:-1]
     with pytest.raises(LcmoeError, match="num_layers \\+ mtp_num_layers = 44"):
         validate_or_explain(ModelSpec, data, origin="test")
+
+
+def test_hf_qwen3_5_moe_multimodal_config_reads_its_language_model(tmp_path: Path) -> None:
+    # The release's config.json wraps the LM in text_config (model_type qwen3_5_moe_text) and has
+    # no dense intermediate_size (transformers Qwen3_5MoeTextConfig).
+    from lcmoe.estimate.params import count_params
+
+    text = {
+        "model_type": "qwen3_5_moe_text",
+        "num_hidden_layers": 60,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 2,
+        "head_dim": 256,
+        "vocab_size": 248320,
+        "tie_word_embeddings": False,
+        "num_experts": 512,
+        "num_experts_per_tok": 10,
+        "moe_intermediate_size": 1024,
+        "shared_expert_intermediate_size": 1024,
+        "layer_types": ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(60)],
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 64,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
+        "mtp_num_hidden_layers": 1,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "qwen3_5_moe", "text_config": text, "vision_config": {"depth": 27}}))
+    spec = model_from_hf_config(path)
+    assert count_params(spec).total == count_params(load_model("qwen3.5-397b-a17b")).total
+
+
+def test_hf_deepseek_v4_config_matches_the_catalog(tmp_path: Path) -> None:
+    from lcmoe.estimate.params import count_params
+
+    ratios = [0, 0] + [4, 128] * 20 + [4]  # 43 decoder layers; the MTP layer's 0 is appended
+    data = {
+        "model_type": "deepseek_v4",
+        "num_hidden_layers": 43,
+        "hidden_size": 4096,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 1,
+        "head_dim": 512,
+        "qk_rope_head_dim": 64,
+        "q_lora_rank": 1024,
+        "o_groups": 8,
+        "o_lora_rank": 1024,
+        "sliding_window": 128,
+        "compress_ratios": ratios,
+        "index_n_heads": 64,
+        "index_head_dim": 128,
+        "index_topk": 512,
+        "hc_mult": 4,
+        "n_routed_experts": 256,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 6,
+        "moe_intermediate_size": 2048,
+        "num_hash_layers": 3,
+        "num_nextn_predict_layers": 1,
+        "vocab_size": 129280,
+        "tie_word_embeddings": False,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    spec = model_from_hf_config(path)
+    catalog = load_model("deepseek-v4-flash")
+    assert spec.csa_compress_ratios == catalog.csa_compress_ratios
+    assert count_params(spec).total == count_params(catalog).total
+    del data["compress_ratios"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(LcmoeError, match="compress_ratios"):
+        model_from_hf_config(path)

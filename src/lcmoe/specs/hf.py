@@ -6,7 +6,8 @@ per-family bridges cited in megatron-bridge-facts.md §3.1): ``num_hidden_layers
 ``head_dim→kv_channels``, ``n_routed_experts|num_experts|num_local_experts→num_moe_experts``,
 ``num_experts_per_tok→moe_router_topk``, ``moe_intermediate_size→moe_ffn_hidden_size``,
 ``qk_nope_head_dim→qk_head_dim``, ``qk_rope_head_dim→qk_pos_emb_head_dim``,
-``num_nextn_predict_layers|mtp_num_hidden_layers→mtp_num_layers``.
+``num_nextn_predict_layers|mtp_num_hidden_layers→mtp_num_layers``. Configs without a dense
+``intermediate_size`` (Qwen3.5 MoE, DeepSeek-V4: every layer is MoE) take ``moe_intermediate_size``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ SUPPORTED_MODEL_TYPES = (
     "glm4_moe",
     "qwen3_moe",
     "qwen3_next",
+    "qwen3_5_moe_text",
+    "deepseek_v4",
     "gpt_oss",
     "mixtral",
     "llama",
@@ -85,6 +88,14 @@ class _Config:
             raise self._fail(key, value, "must be true or false")
         return value
 
+    def int_list(self, key: str) -> list[int] | None:
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise self._fail(key, "(list)", "must be a list of whole numbers")
+        return value
+
     def str_list(self, key: str) -> list[str] | None:
         value = self.data.get(key)
         if value is None:
@@ -133,7 +144,7 @@ def _common_fields(cfg: _Config) -> dict[str, Any]:
     return {
         "num_layers": cfg.integer("num_hidden_layers", maximum=MAX_LAYERS),
         "hidden_size": cfg.integer("hidden_size"),
-        "ffn_hidden_size": cfg.integer("intermediate_size"),
+        "ffn_hidden_size": cfg.first_int(("intermediate_size", "moe_intermediate_size")),
         "num_attention_heads": heads,
         "num_query_groups": cfg.integer("num_key_value_heads", heads),
         "kv_channels": cfg.opt_int("head_dim"),
@@ -243,6 +254,51 @@ def _qwen3_next(cfg: _Config) -> dict[str, Any]:
     return fields
 
 
+def _deepseek_v4(cfg: _Config) -> dict[str, Any]:
+    """DeepSeek-V4 (deepseek_v4_bridge.py:390-525): one shared KV head of ``head_dim`` (so
+    kv_lora_rank = v_head_dim = head_dim and qk_head_dim = head_dim − qk_rope_head_dim), q LoRA,
+    grouped low-rank output (``o_groups``, ``o_lora_rank``), per-layer ``compress_ratios`` (MTP
+    layers 0 when the list stops at the decoder, :187-225), the DSA indexer (``index_*``),
+    ``hc_mult`` hyper-connection streams, every layer MoE with ``num_hash_layers`` hash-routed
+    ones first, shared experts of ``moe_intermediate_size·n_shared_experts``, vocabulary padded
+    to 1280."""
+    num_layers = cfg.integer("num_hidden_layers", maximum=MAX_LAYERS)
+    mtp = cfg.integer("num_nextn_predict_layers", 0, minimum=0)
+    ratios = cfg.int_list("compress_ratios")
+    if ratios is None:
+        raise cfg._fail("compress_ratios", None, "is missing; DeepSeek-V4 needs its per-layer compress ratios")
+    if len(ratios) == num_layers:
+        ratios = ratios + [0] * mtp
+    head_dim, rope = cfg.integer("head_dim"), cfg.integer("qk_rope_head_dim")
+    moe_ffn = cfg.integer("moe_intermediate_size")
+    return {
+        "multi_latent_attention": True,
+        "num_query_groups": None,
+        "kv_channels": None,
+        "qk_layernorm": True,
+        "q_lora_rank": cfg.integer("q_lora_rank"),
+        "kv_lora_rank": head_dim,
+        "qk_head_dim": head_dim - rope,
+        "qk_pos_emb_head_dim": rope,
+        "v_head_dim": head_dim,
+        "o_groups": cfg.integer("o_groups"),
+        "o_lora_rank": cfg.integer("o_lora_rank"),
+        "csa_compress_ratios": tuple(ratios[: num_layers + mtp]),
+        "csa_window_size": cfg.integer("sliding_window", 0, minimum=0),
+        "dsa_indexer_n_heads": cfg.integer("index_n_heads"),
+        "dsa_indexer_head_dim": cfg.integer("index_head_dim"),
+        "dsa_indexer_topk": cfg.integer("index_topk"),
+        "mhc_num_residual_streams": cfg.integer("hc_mult", 0, minimum=0),
+        "num_moe_experts": cfg.integer("n_routed_experts"),
+        "moe_router_topk": cfg.integer("num_experts_per_tok"),
+        "moe_ffn_hidden_size": moe_ffn,
+        "moe_shared_expert_intermediate_size": moe_ffn * cfg.integer("n_shared_experts", 0, minimum=0) or None,
+        "moe_router_enable_expert_bias": True,
+        "moe_n_hash_layers": cfg.integer("num_hash_layers", 0, minimum=0),
+        "make_vocab_size_divisible_by": 1280,
+    }
+
+
 def _gpt_oss(cfg: _Config) -> dict[str, Any]:
     window = cfg.integer("sliding_window", 128)
     layer_types = cfg.str_list("layer_types")
@@ -316,6 +372,10 @@ _BUILDERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "glm4_moe": _glm4_moe,
     "qwen3_moe": _qwen3_moe,
     "qwen3_next": _qwen3_next,
+    # Qwen3.5 MoE keeps Qwen3-Next's language model (qwen35_bridge.py:40-103); its multimodal
+    # wrapper's text_config is unwrapped by model_from_hf_config.
+    "qwen3_5_moe_text": _qwen3_next,
+    "deepseek_v4": _deepseek_v4,
     "gpt_oss": _gpt_oss,
     "mixtral": _mixtral,
     "llama": _dense,
