@@ -7,6 +7,7 @@ import csv
 import gzip
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,10 @@ import pytest
 from lcmoe.config_io.megatron_args import parse_megatron_args, parse_megatron_dump, tokenize_args
 from lcmoe.config_io.plan_json import run_from_plan
 from lcmoe.diagnose.logs import MAX_LINE_BYTES, parse_log_lines, read_log
-from lcmoe.diagnose.oom import diagnose_oom
+from lcmoe.diagnose.oom import Target, diagnose_oom, judge
 from lcmoe.diagnose.performance import diagnose_speed
 from lcmoe.diagnose.regression import compare
+from lcmoe.diagnose.remedies import Outcome, Remedy
 from lcmoe.diagnose.steps import step_stats
 from lcmoe.emit.megatron_lm import megatron_lm_args
 from lcmoe.errors import LcmoeError
@@ -193,9 +195,9 @@ def test_dsv3_128k_oom_ladder_first_fit_is_selective() -> None:
     assert result.recommended.remedy.kind == "recompute"
     assert result.recommended.remedy.label.startswith("selective recompute")
     assert result.recommended.remedy.rule == "LC-RECOMPUTE-SELECTIVE"
-    full = next(o for o in result.ladder if o.remedy.label.startswith("full"))
+    full = next(r.outcome for r in result.ladder if r.outcome.remedy.label.startswith("full"))
     assert full.fits and full.tokens_per_sec_per_gpu < result.recommended.tokens_per_sec_per_gpu
-    kinds = [o.remedy.kind for o in result.ladder]
+    kinds = [r.outcome.remedy.kind for r in result.ladder]
     assert kinds == sorted(kinds, key=["allocator", "recompute", "precision", "offload", "layout"].index)
 
 
@@ -204,7 +206,7 @@ def test_fragmentation_evidence_puts_expandable_segments_first() -> None:
     log = parse_log_lines([lf.oom_line(1.0, 0, 79.19, 20.0, 20000.0)])
     result = diagnose_oom(run, log, search_more_gpus=False)
     assert any("fragmentation" in note for note in result.evidence)
-    assert result.ladder[0].remedy.kind == "allocator"
+    assert result.ladder[0].outcome.remedy.kind == "allocator"
 
 
 def test_oom_cli_json_on_a_megatron_lm_config(tmp_path: Path) -> None:
@@ -220,6 +222,95 @@ def test_oom_cli_json_on_a_megatron_lm_config(tmp_path: Path) -> None:
     doc = json.loads(out)
     assert doc["oom"]["recommended"]["change"].startswith("selective recompute")
     assert doc["log"]["ooms"][0]["rank"] == 3
+
+
+def _dsv3_128k_plan_one():  # type: ignore[no-untyped-def]
+    """`lcmoe plan -m deepseek-v3 -g h100 -n 256 -s 128k`'s plan 1 (issue 34): predicted to fit
+    (~75 GiB of 79.6) with layernorm,mla_up_proj,moe_act recomputed."""
+    return make_run(
+        tp=4,
+        cp=16,
+        ep=64,
+        pp=4,
+        vpp=4,
+        gbs=64,
+        precision="fp8-blockwise",
+        dispatcher="hybridep",
+        recompute_granularity="selective",
+        recompute_modules=frozenset({"layernorm", "mla_up_proj", "moe_act"}),
+        optimizer_offload_fraction=0.25,
+        precision_aware=True,
+        overlap_moe_expert_parallel_comm=True,
+    )
+
+
+def test_ladder_offers_only_rungs_that_lower_the_peak_and_fit() -> None:
+    """Issue 34 item 5: a rung predicting the failing config's own peak (adding mlp to recompute
+    when DeepSeek-V3's MoE layers have no mlp) is rejected as no effect; every offered rung is
+    legal, lower by at least what the log's allocation lacked, and fits; every rejected rung says
+    why; no reason is a negative "over"."""
+    run = _dsv3_128k_plan_one()
+    log = parse_log_lines([lf.oom_line(3.5, 0, 79.19, 120.0, 300.0)])
+    result = diagnose_oom(run, log, search_more_gpus=False)
+    shortfall = 3.5 * GIB - 120 * 2**20
+    assert result.needed_drop_bytes == pytest.approx(shortfall)
+    mlp = next(r for r in result.ladder if "mlp," in r.outcome.remedy.label and "moe," not in r.outcome.remedy.label)
+    assert mlp.verdict == "no effect" and not mlp.offered
+    assert "the same as the config that ran out of memory" in mlp.reason
+    for rung in result.offered:
+        assert rung.outcome.legal and rung.outcome.fits
+        assert -rung.peak_change_bytes >= shortfall
+    for rung in result.rejected:
+        assert rung.reason and not re.search(r"-\d", rung.reason), rung.reason
+        if rung.verdict == "illegal":
+            assert rung.outcome.problem_rule and rung.outcome.problem_rule in rung.reason
+    assert result.recommended is None or result.recommended is result.offered[0].outcome
+
+
+def _outcome(peak_gib: float, *, legal: bool = True, fits: bool = True):  # type: ignore[no-untyped-def]
+    remedy = Remedy("recompute", "selective recompute x", "LC-RECOMPUTE-SELECTIVE", None)
+    broken = None if legal else "L-RULE"
+    return Outcome(remedy, legal, "it breaks" if broken else None, fits, peak_gib * GIB, 80 * GIB, 1.0, 0.0, broken)
+
+
+@pytest.mark.parametrize(
+    ("baseline_gib", "peak_gib", "legal", "fits", "verdict", "words"),
+    [
+        (85.0, 60.0, False, False, "illegal", "breaks L-RULE: it breaks"),
+        (85.0, 85.02, True, False, "no effect", "no effect: predicts 85.0 GiB, the same as"),
+        (85.0, 86.0, True, False, "no effect", "raises the predicted peak by 1.0 GiB"),
+        (85.0, 82.5, True, False, "over", "still over capacity by 2.5 GiB"),
+        (85.0, 77.0, True, False, "over", "inside capacity with 3.0 GiB free, but 1.0 GiB over the 5% safety margin"),
+        (75.0, 73.0, True, True, "too little", "lowers the predicted peak by 2.0 GiB, less than the 3.0 GiB"),
+        (75.0, 70.0, True, True, "fits", "fits with 10.0 GiB free"),
+    ],
+)
+def test_each_rung_verdict_gives_its_reason(
+    baseline_gib: float, peak_gib: float, legal: bool, fits: bool, verdict: str, words: str
+) -> None:
+    """On an 80 GiB GPU (76 GiB usable at a 5% margin) whose log lacked 3 GiB: illegal names the
+    rule; the failing config's peak or higher is no effect; above capacity says by how much;
+    inside capacity but over the margin says the GiB free (never a negative "over"); a drop
+    smaller than the log's shortfall is too little; otherwise it fits, with the GiB left free."""
+    target = Target(baseline_gib * GIB, capacity_bytes=80 * GIB, margin=0.05, log_shortfall_bytes=3 * GIB)
+    rung = judge(_outcome(peak_gib, legal=legal, fits=fits), target)
+    assert rung.verdict == verdict and words in rung.reason
+    assert rung.offered == (verdict == "fits")
+
+
+def test_oom_cli_text_lists_fitting_rungs_then_rejected_ones_with_reasons(tmp_path: Path) -> None:
+    run = _dsv3_128k_plan_one()
+    config = tmp_path / "args.txt"
+    config.write_text("\n".join(megatron_lm_args(run)), encoding="utf-8")
+    log = tmp_path / "train.log"
+    log.write_text(lf.oom_line(3.5, 0, 79.19, 120.0, 300.0) + "\n", encoding="utf-8")
+    code, out, err = run_cli("diagnose", str(log), "--config", str(config), "--model", "deepseek-v3", "--gpus", "256")
+    assert code == 1, err
+    assert "rejected:" in out and "no effect: predicts" in out
+    assert not re.search(r"-\d+(\.\d+)? GiB over", out), out
+    ladder = out[out.index("remediation ladder") : out.index("rejected:")].splitlines()[1:]
+    rungs = [line.strip() for line in ladder if line.startswith("    ")]  # wrapped continuations are not indented
+    assert rungs and all(line.startswith("fits ") or line == "(no single change fits)" for line in rungs), out
 
 
 # ----- speed -----------------------------------------------------------------------------------

@@ -255,32 +255,9 @@ def _render_diagnosis(result: dict[str, Any]) -> None:
         )
     oom = result.get("oom")
     if oom:
-        stdout.print("[bold red]out of memory[/]")
-        for stage in oom.get("over_stages", []):
-            parts = ", ".join(f"{k} {v / GIB:.1f}" for k, v in stage["largest_components"].items())
-            stdout.print(
-                f"  stage {stage['stage']}: predicted {stage['peak_reserved_bytes'] / GIB:.1f} GiB, "
-                f"{stage['over_bytes'] / GIB:+.1f} GiB over capacity; largest: {parts} GiB"
-            )
-        for note in oom.get("evidence", []):
-            stdout.print(f"  evidence: {escape(str(note))}", highlight=False)
-        if oom.get("ladder"):
-            stdout.print("  remediation ladder (each one change to the failing config):")
-            for rung in oom["ladder"]:
-                mark = "fits" if rung["fits"] else ("illegal" if not rung["legal"] else "over")
-                stdout.print(
-                    f"    {mark:7s} {rung['change']} [{rung['rule'] or '-'}]: peak "
-                    f"{rung['peak_reserved_bytes'] / GIB:.1f}/{rung['capacity_bytes'] / GIB:.0f} GiB, "
-                    f"throughput {100 * rung['throughput_change']:+.1f}%",
-                    highlight=False,
-                )
-        if oom.get("recommended"):
-            stdout.print(f"  [bold]recommended:[/] {oom['recommended']['change']}", highlight=False)
-            fastest = oom.get("fastest")
-            if fastest and fastest["change"] != oom["recommended"]["change"]:
-                stdout.print(f"  fastest that fits: {fastest['change']}", highlight=False)
-        elif oom.get("min_gpus_needed"):
-            stdout.print(f"  no single change fits; the planner needs at least {oom['min_gpus_needed']} GPUs")
+        from lcmoe.cli.diagnose_view import render_oom
+
+        render_oom(oom)
     if "steps" in result:
         s = result["steps"]
         stdout.print(

@@ -31,12 +31,13 @@ class Outcome:
 
     remedy: Remedy
     legal: bool
-    problem: str | None
+    problem: str | None  # the first broken rule's message when illegal
     fits: bool
     peak_reserved_bytes: float
     capacity_bytes: float
     tokens_per_sec_per_gpu: float
     throughput_change: float  # (new − old) / old
+    problem_rule: str | None = None  # the id of that rule (rules/legality.py)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -45,6 +46,7 @@ class Outcome:
             "rule": self.remedy.rule,
             "legal": self.legal,
             "problem": self.problem,
+            "problem_rule": self.problem_rule,
             "fits": self.fits,
             "peak_reserved_bytes": self.peak_reserved_bytes,
             "capacity_bytes": self.capacity_bytes,
@@ -72,6 +74,7 @@ def evaluate(
         remedy=remedy,
         legal=not broken,
         problem=broken[0].message if broken else None,
+        problem_rule=broken[0].rule if broken else None,
         fits=not broken and memory.fits(margin),
         peak_reserved_bytes=memory.peak_reserved_bytes,
         capacity_bytes=memory.capacity_bytes,
