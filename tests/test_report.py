@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from lcmoe.estimate.time import shipped_time_coefficients
 from lcmoe.plan.format import plan_row
+from lcmoe.report.strings import say
 from tests.conftest import run_cli
 
 ARGS = ("-m", "deepseek-v3", "-g", "h100", "-n", "256", "-s", "128k")
@@ -41,9 +43,10 @@ def test_report_numbers_equal_plan_json(report: tuple[Path, dict[str, object]]) 
     embedded = _embedded_payload(page)
     for key in ("inputs", "plans", "fallback", "reference", "pareto", "searched", "legal", "fit"):
         assert embedded[key] == plan_json[key], key
+    cells = page.replace("<wbr>", "").replace('<td class="wrap">', "<td>")
     for i, plan in enumerate(plan_json["plans"]):  # type: ignore[arg-type]
         row = plan_row(str(i + 1), plan)
-        assert "".join(f"<td>{html.escape(v)}</td>" for v in row) in page
+        assert "".join(f"<td>{html.escape(v)}</td>" for v in row) in cells
 
 
 def test_report_is_self_contained_with_every_plot(report: tuple[Path, dict[str, object]]) -> None:
@@ -58,16 +61,33 @@ def test_report_is_self_contained_with_every_plot(report: tuple[Path, dict[str, 
     assert "| 1 | TP" in markdown
 
 
+def test_report_text_is_plain_and_ranked_as_the_json_says(report: tuple[Path, dict[str, object]]) -> None:
+    """Legends use words, not estimator keys; the plans heading names the ranking the JSON records;
+    accuracy sentences quote the fit records (no typed-in error figures)."""
+    path, plan_json = report
+    page = path.read_text(encoding="utf-8")
+    figures = "".join(re.findall(r"<figure>.*?</figure>", page, re.S))
+    for key in ("weight_copies", "state_overhead", "dispatcher_buffers", "expert_gemm", "pipeline_bubble"):
+        assert key not in figures, key
+    assert "weight copies (FP8)" in figures and "optimizer state" in figures
+    assert "Plans, fastest first</h2>" not in page
+    assert plan_json["rank"]["mode"] == "conservative"  # type: ignore[index]
+    assert say("plans_by_low_edge") in html.unescape(page)
+    time_fit = shipped_time_coefficients("hopper").fit
+    assert f"{float(time_fit['lomo_mape']):.1f}%" in page  # type: ignore[arg-type]
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in page
+    assert not re.search(r'<figure><svg[^>]* width="[\d.]+pt"', page)  # no fixed-size figure on the page
+
+
 def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
-def test_report_renders_in_headless_chromium(report: tuple[Path, dict[str, object]], tmp_path: Path) -> None:
+def _browser_flags() -> list[str]:
     browser = _chromium()
     if browser is None:
         pytest.skip("chromium is not installed (.ci/run installs it)")
-    path, plan_json = report
-    flags = [
+    return [
         browser,
         "--headless",
         "--no-sandbox",
@@ -79,6 +99,11 @@ def test_report_renders_in_headless_chromium(report: tuple[Path, dict[str, objec
         "--v=0",
         "--virtual-time-budget=5000",
     ]
+
+
+def test_report_renders_in_headless_chromium(report: tuple[Path, dict[str, object]], tmp_path: Path) -> None:
+    flags = _browser_flags()
+    path, plan_json = report
     dom = subprocess.run([*flags, "--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=180)
     body = re.search(r"<body([^>]*)>", dom.stdout)
     assert body, dom.stderr[-1000:]
@@ -95,3 +120,63 @@ def test_report_renders_in_headless_chromium(report: tuple[Path, dict[str, objec
         cwd=tmp_path,
     )
     assert shot.is_file() and shot.stat().st_size > 20_000
+
+
+# Headless Chromium will not make a window narrower than 500 px, so each width is an iframe of
+# that width (srcdoc: same origin, so the harness can measure inside it). Per width: page-level
+# horizontal overflow (scrollWidth beyond the viewport's clientWidth), table boxes whose content is
+# wider than the box (they scroll), and the smallest SVG text as rendered (font size × the SVG's
+# on-screen scale), plus the elements that stick out, for the failure message.
+_MEASURE = """
+function measure(frame) {
+  var doc = frame.contentDocument, root = doc.documentElement, view = root.clientWidth;
+  var minFont = 1e9;
+  doc.querySelectorAll('figure svg text').forEach(function (t) {
+    var m = t.getScreenCTM();
+    var px = parseFloat(frame.contentWindow.getComputedStyle(t).fontSize) * Math.hypot(m.a, m.b);
+    if (t.textContent.trim() && px < minFont) { minFont = px; }
+  });
+  var boxes = 0;
+  doc.querySelectorAll('.scroll').forEach(function (b) { if (b.scrollWidth > b.clientWidth + 1) { boxes++; } });
+  var wide = [];
+  doc.body.querySelectorAll(':scope > *').forEach(function (e) {
+    var r = e.getBoundingClientRect();
+    if (r.right > view + 1) { wide.push(e.tagName + ':' + Math.round(r.right)); }
+  });
+  return [root.scrollWidth - view, minFont.toFixed(2), boxes, view, wide.join(' ')].join('|');
+}
+window.addEventListener('load', function () {
+  document.querySelectorAll('iframe').forEach(function (f) {
+    document.body.setAttribute('data-w' + f.width, measure(f));
+  });
+});
+"""
+WIDTHS_PX = (390, 1400)
+MIN_PLOT_TEXT_PX = 9.0
+
+
+def test_report_fits_a_phone_and_a_desktop(report: tuple[Path, dict[str, object]], tmp_path: Path) -> None:
+    """At 390 px and 1400 px: the page never scrolls sideways, plot text is at least 9 px as
+    rendered, and at 1400 px no table needs its scroll box (the plans table fits)."""
+    flags = _browser_flags()
+    path, _ = report
+    page = html.escape(path.read_text(encoding="utf-8"), quote=True)
+    frames = "".join(
+        f'<iframe width="{w}" style="width:{w}px;height:900px;border:0;display:block" srcdoc="{page}"></iframe>'
+        for w in WIDTHS_PX
+    )
+    harness = tmp_path / "harness.html"
+    harness.write_text(f"<!DOCTYPE html><html><body>{frames}<script>{_MEASURE}</script></body></html>", "utf-8")
+    dom = subprocess.run(
+        [*flags, "--window-size=1500,1000", "--dump-dom", harness.as_uri()], capture_output=True, text=True, timeout=180
+    )
+    body = re.search(r"<body([^>]*)>", dom.stdout)
+    assert body, dom.stderr[-1000:]
+    measured = dict(re.findall(r'data-w(\d+)="([^"]*)"', body.group(1)))
+    assert sorted(measured) == sorted(str(w) for w in WIDTHS_PX), body.group(1)
+    for width, record in measured.items():
+        overflow, min_font, boxes, view, wide = record.split("|")
+        assert int(overflow) <= 0, f"{width} px: page {overflow} px wider than its {view} px viewport ({wide})"
+        assert float(min_font) >= MIN_PLOT_TEXT_PX, f"{width} px: plot text {min_font} px"
+        if width == "1400":
+            assert boxes == "0", f"{boxes} table(s) scroll at 1400 px"

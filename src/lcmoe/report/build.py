@@ -22,25 +22,38 @@ from lcmoe.estimate.time import shipped_time_coefficients
 from lcmoe.plan.payload import plan_payload
 from lcmoe.plan.search import PlanRequest, SearchResult, search
 from lcmoe.report.render import Figure, ReportInputs, figures, render_html, render_markdown
+from lcmoe.report.strings import say
 from lcmoe.rules.advice import PLANNER_ONLY, RULES
 from lcmoe.units import format_tokens
 
 DEFAULT_SWEEP = (4096, 16384, 32768, 65536, 131072, 262144)
 
 
+def _number(record: dict[str, Any], key: str) -> float | None:
+    value = record.get(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def accuracy_figures(request: PlanRequest, calibration: str | None = None) -> dict[str, Any]:
-    """The error bands printed with the numbers: the time model's fit MAPE for this hardware
-    family (or the calibration's) and the memory model's median / p90 on Megatron-LM CI runs."""
+    """The error figures printed with the numbers, read from the fit records (never typed in):
+    the time model's in-sample and leave-one-model-out MAPE (data/time_coefficients.yaml ``fit``,
+    benchmarks/fit_time.py; a calibration's own error instead when given) and the memory model's
+    held-out median / p90 (data/memory_coefficients.yaml ``fit.grouped_5fold_cv``,
+    benchmarks/fit_memory.py). A figure the record lacks is None and its sentence is left out."""
     time_fit = (request.time_coefficients or shipped_time_coefficients(request.hardware.architecture)).fit
-    in_sample = shipped_coefficients().fit.get("in_sample")
-    memory_fit: dict[str, Any] = in_sample if isinstance(in_sample, dict) else {}
-    mape = time_fit.get("mape_all")
+    memory_fit = shipped_coefficients().fit
+    held_out = memory_fit.get("grouped_5fold_cv") or memory_fit.get("in_sample")
+    memory: dict[str, Any] = held_out if isinstance(held_out, dict) else {}
     factors = time_fit.get("containers")
+    runs = _number(time_fit, "n")
     return {
-        "time_mape_pct": float(mape) if isinstance(mape, (int, float)) else 15.0,
-        "time_source": "your calibration" if calibration else f"{time_fit.get('n', '?')} published Bridge runs",
-        "memory_median_pct": float(memory_fit.get("median_abs_pct_err", 0.0)),
-        "memory_p90_pct": float(memory_fit.get("p90_abs_pct_err", 0.0)),
+        "time_in_sample_pct": _number(time_fit, "mape_all"),
+        "time_lomo_pct": _number(time_fit, "lomo_mape"),
+        "time_lomo_moe_pct": _number(time_fit, "lomo_mape_moe"),
+        "time_runs": int(runs) if runs is not None else None,
+        "memory_median_pct": _number(memory, "median_abs_pct_err"),
+        "memory_p90_pct": _number(memory, "p90_abs_pct_err"),
+        "memory_runs": memory.get("n"),
         "calibration": calibration,
         "reference_container": time_fit.get("reference_container"),
         "slowest_container_factor": min(factors.values(), default=1.0) if isinstance(factors, dict) else 1.0,
@@ -66,13 +79,13 @@ def build_report(
             }
         )
     best = result.plans[0].run if result.plans else None
-    titles = {rule.id: rule.summary for rule in RULES} | {rule: "planner" for rule in PLANNER_ONLY}
+    titles = {rule.id: rule.summary for rule in RULES} | {rule: say("planner") for rule in PLANNER_ONLY}
     inputs = ReportInputs(
         payload=payload,
         fitting_points=list(result.fitting_points),
         sweep=sweep,
-        overrides=overrides_text(best) if best else "(no plan fits)",
-        megatron_args=megatron_lm_text(best) if best else "(no plan fits)",
+        overrides=overrides_text(best) if best else say("no_plan"),
+        megatron_args=megatron_lm_text(best) if best else say("no_plan"),
         accuracy=accuracy_figures(request, calibration),
         rules=titles,
     )

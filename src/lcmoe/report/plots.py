@@ -1,16 +1,29 @@
 """The report's figures, drawn with matplotlib (Agg) and returned as SVG text.
 
 Text stays text (``svg.fonttype = none``) so the page is searchable and small, and ids are
-salted deterministically (``svg.hashsalt``) so the same plan gives the same file."""
+salted deterministically (``svg.hashsalt``) so the same plan gives the same file.
+
+Sizes are chosen for a phone: the page scales every figure down to its column (about 350 CSS px
+on a 390 px screen), so a figure ``FIG_WIDTH_IN`` wide (≈ 360 pt of SVG user space) with text no
+smaller than ``MIN_FONT_PT`` keeps its text at ≥ 9 CSS px there (10 × 350 / 380 ≈ 9.2);
+tests/test_report.py measures it in Chromium. Legends sit under the axes, not beside them, so
+they never widen a figure."""
 
 from __future__ import annotations
 
 import io
+import math
 from typing import Any
 
 from lcmoe.errors import LcmoeError
+from lcmoe.report.strings import component_name, say, term_name
 
 GIB = 1024.0**3
+FIG_WIDTH_IN = 5.0
+MIN_FONT_PT = 10.0
+HEADROOM = 1.18  # y-axis top = 118% of the highest of bars and capacity: room for the capacity label
+MAX_STAGE_TICKS = 12
+CAPACITY_COLOR = "#c0392b"
 # Allocated components first (they sum to peak allocated), then the reserved-only ones.
 COMPONENTS = (
     ("weights", "#4e79a7"),
@@ -38,7 +51,18 @@ def _pyplot() -> Any:
             "report", "matplotlib", "is not installed", "pip install 'lcmoe[report]' (matplotlib draws the plots)"
         ) from None
     matplotlib.use("Agg")
-    matplotlib.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "lcmoe", "font.size": 9})
+    matplotlib.rcParams.update(
+        {
+            "svg.fonttype": "none",
+            "svg.hashsalt": "lcmoe",
+            "font.size": MIN_FONT_PT,
+            "axes.titlesize": MIN_FONT_PT + 1,
+            "axes.labelsize": MIN_FONT_PT,
+            "xtick.labelsize": MIN_FONT_PT,
+            "ytick.labelsize": MIN_FONT_PT,
+            "legend.fontsize": MIN_FONT_PT,
+        }
+    )
     import matplotlib.pyplot as plt
 
     return plt
@@ -53,50 +77,89 @@ def _svg(fig: Any) -> str:
     return text[text.index("<svg") :]
 
 
+def _capacity_line(ax: Any, capacity_gib: float) -> None:
+    """The GPU's capacity as a dashed line, labelled on the plot just above the line at the
+    right (the axis is padded by HEADROOM so line and label are inside)."""
+    ax.axhline(capacity_gib, color=CAPACITY_COLOR, linestyle="--", linewidth=1.2)
+    ax.annotate(
+        say("capacity", gib=capacity_gib),
+        xy=(1.0, capacity_gib),
+        xycoords=("axes fraction", "data"),
+        xytext=(-4, 3),
+        textcoords="offset points",
+        ha="right",
+        va="bottom",
+        color=CAPACITY_COLOR,
+        bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
+    )
+
+
+def _stage_ticks(count: int) -> list[int]:
+    """Every stage when they fit, else every k-th: at most MAX_STAGE_TICKS labels."""
+    step = max(1, math.ceil(count / MAX_STAGE_TICKS))
+    return list(range(0, count, step))
+
+
 def memory_by_stage(plan: dict[str, Any], title: str) -> str:
     """Stacked bars: every pipeline stage's memory by component (GiB) against the GPU's capacity."""
     plt = _pyplot()
     stages = plan["memory"]["stages"]
     capacity = plan["memory"]["capacity_bytes"] / GIB
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.55 * len(stages) + 3), 3.2))
+    fig, ax = plt.subplots(figsize=(FIG_WIDTH_IN, 3.0))
     x = list(range(len(stages)))
     bottom = [0.0] * len(stages)
     for name, color in COMPONENTS:
         values = [s["components"].get(name, 0.0) / GIB for s in stages]
         if any(v > 0 for v in values):
-            ax.bar(x, values, bottom=bottom, color=color, label=name, width=0.7)
+            ax.bar(x, values, bottom=bottom, color=color, label=component_name(name), width=0.7)
             bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-    ax.axhline(capacity, color="#c0392b", linestyle="--", linewidth=1.2, label=f"GPU capacity {capacity:.0f} GiB")
-    ax.set_xticks(x, [str(s["stage"]) for s in stages])
-    ax.set_xlabel("pipeline stage")
-    ax.set_ylabel("GiB per GPU (reserved)")
+    _capacity_line(ax, capacity)
+    ticks = _stage_ticks(len(stages))
+    ax.set_xticks(ticks, [str(stages[i]["stage"]) for i in ticks])
+    ax.set_xlabel(say("pipeline_stage"))
+    ax.set_ylabel(say("gib_reserved"))
     ax.set_title(title)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    ax.set_ylim(0, max(capacity, max(bottom)) * 1.08)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False)
+    ax.set_ylim(0, max(capacity, max(bottom)) * HEADROOM)
     return _svg(fig)
 
 
 def time_breakdown(plan: dict[str, Any], title: str) -> str:
-    """Where one step's seconds go on the critical pipeline stage (the terms sum to the step)."""
+    """Where one step's seconds go on the critical pipeline stage (the terms sum to the step).
+    A term's value is written inside its bar when the bar is long, beside it otherwise."""
     plt = _pyplot()
     items = [(k, v) for k, v in plan["time"]["breakdown"].items() if v > 0]
     items.sort(key=lambda kv: kv[1])
-    fig, ax = plt.subplots(figsize=(6.0, 0.28 * len(items) + 1.2))
-    ax.barh([k for k, _ in items], [v for _, v in items], color="#4e79a7")
+    # Narrower axes: the term names on the left add about 1.5 in to the drawn width.
+    fig, ax = plt.subplots(figsize=(FIG_WIDTH_IN - 0.8, 0.3 * len(items) + 1.2))
+    ax.barh([term_name(k) for k, _ in items], [v for _, v in items], color="#4e79a7")
     step = plan["time"]["step_seconds"]
+    longest = max((v for _, v in items), default=1.0)
     for i, (_, v) in enumerate(items):
-        ax.text(v, i, f" {v:.2f} s ({100 * v / step:.0f}%)", va="center", fontsize=7)
-    ax.set_xlabel("seconds per step")
+        label = say("term_value", seconds=v, share=100 * v / step)
+        inside = v > 0.55 * longest
+        ax.text(
+            v,
+            i,
+            f"{label} " if inside else f" {label}",
+            va="center",
+            ha="right" if inside else "left",
+            color="white" if inside else "#222222",
+        )
+    ax.set_xlabel(say("seconds_per_step"))
     ax.set_title(title)
-    ax.set_xlim(0, max(v for _, v in items) * 1.35)
+    ax.set_xlim(0, longest * 1.05)
+    ax.set_ylim(-0.6, len(items) - 0.4)
     return _svg(fig)
 
 
 def pareto_scatter(points: list[tuple[float, float]], pareto: list[dict[str, Any]], plans: list[dict[str, Any]]) -> str:
     """Every fitting candidate: peak reserved memory against predicted tokens/s/GPU."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.0, 3.6))
-    ax.scatter([m / GIB for m, _ in points], [t for _, t in points], s=8, color="#bab0ac", label="fitting candidates")
+    fig, ax = plt.subplots(figsize=(FIG_WIDTH_IN, 3.4))
+    ax.scatter(
+        [m / GIB for m, _ in points], [t for _, t in points], s=8, color="#bab0ac", label=say("fitting_candidates")
+    )
     front = sorted(pareto, key=lambda p: p["peak_reserved_bytes"])
     ax.plot(
         [p["peak_reserved_bytes"] / GIB for p in front],
@@ -104,35 +167,42 @@ def pareto_scatter(points: list[tuple[float, float]], pareto: list[dict[str, Any
         color="#f28e2b",
         marker="o",
         markersize=3,
-        label="Pareto front",
+        label=say("pareto_front"),
     )
     for i, plan in enumerate(plans):
         x, y = plan["memory"]["peak_reserved_bytes"] / GIB, plan["time"]["tokens_per_sec_per_gpu"]
         ax.scatter([x], [y], s=30, color="#4e79a7", zorder=3)
-        ax.annotate(f"{i + 1}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-    ax.set_xlabel("peak reserved GiB per GPU (worst stage)")
-    ax.set_ylabel("tokens/s/GPU (predicted)")
-    ax.set_title("memory vs throughput of every plan that fits")
-    ax.legend(fontsize=7, frameon=False)
+        ax.annotate(f"{i + 1}", (x, y), textcoords="offset points", xytext=(4, 4))
+    ax.margins(0.08, 0.12)
+    ax.set_xlabel(say("pareto_x"))
+    ax.set_ylabel(say("pareto_y"))
+    ax.set_title(say("pareto_title"))
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
     return _svg(fig)
 
 
 def sweep_curves(rows: list[dict[str, Any]], capacity_gib: float) -> str:
-    """Best plan per sequence length: MFU and peak memory (the guidance's CP-scaling table)."""
+    """Best plan per sequence length: MFU and peak memory (the guidance's CP-scaling table), one
+    above the other. Both axes start at 0 and end above their highest point (and the capacity),
+    and the x axis has a margin, so no point sits on an edge."""
     plt = _pyplot()
     fitted = [r for r in rows if r["plan"] is not None]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(8.0, 3.0))
-    labels = [r["seq_len_label"] for r in fitted]
-    left.plot(labels, [100 * r["plan"]["time"]["mfu"] for r in fitted], marker="o", color="#4e79a7")
-    left.set_ylabel("MFU % (of dense BF16 peak)")
-    left.set_xlabel("sequence length")
-    left.set_title("MFU of the best plan")
-    right.plot(labels, [r["plan"]["memory"]["peak_reserved_bytes"] / GIB for r in fitted], marker="o", color="#59a14f")
-    right.axhline(capacity_gib, color="#c0392b", linestyle="--", linewidth=1.0)
-    right.set_ylabel("peak reserved GiB per GPU")
-    right.set_xlabel("sequence length")
-    right.set_title("memory of the best plan")
-    for ax in (left, right):
-        ax.set_ylim(bottom=0)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(FIG_WIDTH_IN, 5.2))
+    x = list(range(len(fitted)))
+    mfu = [100 * r["plan"]["time"]["mfu"] for r in fitted]
+    peak = [r["plan"]["memory"]["peak_reserved_bytes"] / GIB for r in fitted]
+    top.plot(x, mfu, marker="o", color="#4e79a7", clip_on=False)
+    top.set_ylabel(say("mfu_y"))
+    top.set_title(say("mfu_title"))
+    top.set_ylim(0, max(mfu, default=1.0) * HEADROOM)
+    bottom.plot(x, peak, marker="o", color="#59a14f", clip_on=False)
+    _capacity_line(bottom, capacity_gib)
+    bottom.set_ylabel(say("peak_y"))
+    bottom.set_title(say("peak_title"))
+    bottom.set_ylim(0, max([capacity_gib, *peak]) * HEADROOM)
+    for ax in (top, bottom):
+        ax.set_xticks(x, [r["seq_len_label"] for r in fitted])
+        ax.set_xlim(-0.4, max(len(fitted) - 0.6, 0.4))
+        ax.set_xlabel(say("sequence_length"))
     fig.tight_layout()
     return _svg(fig)

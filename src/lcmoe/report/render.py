@@ -20,9 +20,11 @@ from lcmoe.plan.format import (
     layout_text,
     model_notes,
     peft_text,
+    ranking_notes,
     recompute_text,
 )
 from lcmoe.report import plots
+from lcmoe.report.strings import say
 
 GIB = 1024.0**3
 
@@ -49,34 +51,32 @@ def figures(inputs: ReportInputs, per_plan: int = 3) -> list[Figure]:
     payload = inputs.payload
     out: list[Figure] = []
     for i, plan in enumerate(payload["plans"][:per_plan]):
-        label = f"plan {i + 1}: {layout_text(plan['layout'])}"
+        n, layout = i + 1, layout_text(plan["layout"])
         out.append(
             Figure(
-                f"plan{i + 1}_memory",
-                f"{label} — memory by stage and component",
-                plots.memory_by_stage(plan, f"plan {i + 1} memory per GPU"),
+                f"plan{n}_memory",
+                say("caption_memory", n=n, layout=layout),
+                plots.memory_by_stage(plan, say("memory_title", n=n)),
             )
         )
         out.append(
             Figure(
-                f"plan{i + 1}_time",
-                f"{label} — step-time breakdown",
-                plots.time_breakdown(plan, f"plan {i + 1} step time"),
+                f"plan{n}_time",
+                say("caption_time", n=n, layout=layout),
+                plots.time_breakdown(plan, say("time_title", n=n)),
             )
         )
     if inputs.fitting_points:
         out.append(
             Figure(
                 "pareto",
-                "every plan that fits: memory against throughput",
+                say("caption_pareto"),
                 plots.pareto_scatter(inputs.fitting_points, payload["pareto"], payload["plans"]),
             )
         )
     if any(row["plan"] for row in inputs.sweep):
         capacity = payload["plans"][0]["memory"]["capacity_bytes"] / GIB if payload["plans"] else 80.0
-        out.append(
-            Figure("sweep", "best plan per sequence length: MFU and memory", plots.sweep_curves(inputs.sweep, capacity))
-        )
+        out.append(Figure("sweep", say("caption_sweep"), plots.sweep_curves(inputs.sweep, capacity)))
     return out
 
 
@@ -84,7 +84,7 @@ def _rules_applied(payload: dict[str, Any], titles: dict[str, str]) -> list[tupl
     seen: dict[tuple[str, str], str] = {}
     for i, plan in enumerate(payload["plans"]):
         for reason in plan["reasons"]:
-            seen.setdefault((reason["rule"], reason["text"]), f"plan {i + 1}")
+            seen.setdefault((reason["rule"], reason["text"]), say("where_plan", n=i + 1))
     return [(rule, titles.get(rule, ""), f"{where}: {text}") for (rule, text), where in seen.items()]
 
 
@@ -93,7 +93,7 @@ def _sweep_rows(sweep: list[dict[str, Any]]) -> list[list[str]]:
     for row in sweep:
         p = row["plan"]
         if p is None:
-            rows.append([row["seq_len_label"], "no plan fits", "", "", "", "", ""])
+            rows.append([row["seq_len_label"], say("sweep_no_fit"), "", "", "", "", ""])
             continue
         rows.append(
             [
@@ -112,48 +112,75 @@ def _sweep_rows(sweep: list[dict[str, Any]]) -> list[list[str]]:
 SWEEP_COLUMNS = ("seq", "layout", "recompute", "precision", "peak GiB", "tok/s/GPU", "MFU")
 
 
+def _time_accuracy(acc: dict[str, Any]) -> str:
+    """The time model's error as the fit record states it (data/time_coefficients.yaml ``fit``,
+    benchmarks/fit_time.py), or the user's calibration's own error."""
+    if acc.get("calibration"):
+        return say("time_calibrated", calibration=acc["calibration"], mape_pct=acc.get("time_in_sample_pct") or 0.0)
+    figures_ = [acc.get(k) for k in ("time_in_sample_pct", "time_lomo_pct", "time_lomo_moe_pct", "time_runs")]
+    if any(v is None for v in figures_):
+        return say("time_accuracy_unrecorded")
+    in_sample, lomo, lomo_moe, runs = figures_
+    return say("time_accuracy", in_sample_pct=in_sample, lomo_pct=lomo, lomo_moe_pct=lomo_moe, runs=runs)
+
+
+def _band_evidence(payload: dict[str, Any]) -> list[str]:
+    """How often the plans' ±bands held, from the payload's rank evidence (time_evidence.yaml)."""
+    evidence = (payload.get("rank") or {}).get("evidence") or {}
+    if not all(isinstance(evidence.get(k), (int, float)) for k in ("coverage", "runs", "median_band_pct")):
+        return []
+    return [
+        say(
+            "band_evidence",
+            coverage_pct=100 * evidence["coverage"],
+            runs=evidence["runs"],
+            median_band_pct=evidence["median_band_pct"],
+        )
+    ]
+
+
 def _assumptions(inputs: ReportInputs) -> list[str]:
     acc = inputs.accuracy
     inputs_ = inputs.payload["inputs"]
-    lines = [
-        f"Step time: ±{acc['time_mape_pct']:.0f}% typical error ({acc['time_source']}); read the ranking as a short "
-        "list to A/B, not a verdict.",
-        f"Memory: median {acc['memory_median_pct']:.1f}% / p90 {acc['memory_p90_pct']:.1f}% error on peak allocated "
-        "(Megatron-LM CI runs); plans keep a "
-        f"{100 * inputs_['memory_margin']:.0f}% margin below the GPU's capacity.",
-        "Routing is assumed balanced (the published perf recipes force balance); real dropless routing "
-        "adds expert-activation spikes.",
-        "GBS, when not given, is GA = 4·PP microbatches per DP rank (8 without PP).",
-        f"Target software: megatron-core {inputs_['megatron_core_version']}; Bridge field names of megatron-bridge "
-        "0.6.2.",
-    ]
-    if acc.get("reference_container") and not acc.get("calibration"):
+    lines = [_time_accuracy(acc), *_band_evidence(inputs.payload)]
+    if acc.get("memory_runs"):
         lines.append(
-            f"Speeds are for the NeMo {acc['reference_container']} container; the same recipes ran up to "
-            f"{100 * (1 - acc['slowest_container_factor']):.0f}% slower on older containers (LC-CONTAINER)."
+            say(
+                "memory_accuracy",
+                median_pct=acc["memory_median_pct"],
+                p90_pct=acc["memory_p90_pct"],
+                runs=acc["memory_runs"],
+                margin_pct=100 * inputs_["memory_margin"],
+            )
         )
-    if acc.get("calibration"):
-        lines.append(f"Calibrated with {acc['calibration']}.")
+    lines += [say("routing"), say("software", megatron_core=inputs_["megatron_core_version"])]
+    if acc.get("reference_container") and not acc.get("calibration"):
+        slower = 100 * (1 - acc["slowest_container_factor"])
+        lines.append(say("containers", container=acc["reference_container"], slower_pct=slower))
     lines += [note + "." for note in model_notes(inputs.payload)]
     if inputs_.get("peft"):
-        lines.append(
-            "LoRA: the five published Llama3-70B LoRA runs (and the five full-finetuning ones) ran ~15% slower "
-            "than predicted (tokens/s, not fitted; benchmarks/throughput_accuracy.py); the memory of the "
-            "frozen base and the adapters is derived, not fitted."
-        )
+        lines.append(say("lora"))
     return lines
 
 
 # ----- HTML ------------------------------------------------------------------------------------
+# Responsive: the page never scrolls sideways (tables scroll inside their own box, long words
+# wrap), figures shrink to the column and never grow past their drawn size, and on a wide screen
+# a plan's two figures sit side by side. tests/test_report.py checks 390 px and 1400 px.
 _CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1500px;color:#222}
-.scroll{overflow-x:auto}
+*{box-sizing:border-box}
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;padding:16px 24px;
+max-width:1500px;color:#222;overflow-wrap:anywhere}
+@media (max-width:600px){body{padding:8px 10px}h1{font-size:18px}h2{font-size:16px}}
+.scroll{overflow-x:auto;max-width:100%}
 h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;font-size:12px;margin:8px 0}
-td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;white-space:nowrap}
-td:nth-child(2),td:nth-child(3){text-align:left}
-th{background:#f4f4f4}figure{margin:12px 0}figcaption{font-size:12px;color:#555}
-pre{background:#f7f7f7;padding:8px;font-size:11px;overflow-x:auto}.rule{font-family:monospace}
+td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;white-space:nowrap;overflow-wrap:normal}
+td.wrap{white-space:normal;text-align:left;min-width:8em}
+th{background:#f4f4f4}figure{margin:12px 0;min-width:0}figcaption{font-size:12px;color:#555}
+.figs{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(100%,460px),1fr));column-gap:24px}
+figure svg{display:block;width:100%;height:auto}
+pre{background:#f7f7f7;padding:8px;font-size:11px;overflow-x:auto;overflow-wrap:normal}.rule{font-family:monospace}
 .muted{color:#666;font-size:12px}
 """
 _CHECK_SCRIPT = """
@@ -167,78 +194,121 @@ document.addEventListener('DOMContentLoaded', function () {
   document.body.setAttribute('data-errors', String(window.lcmoeErrors.length));
 });
 """
+# Columns whose values may wrap: spaces in a layout, commas in a module or scope list.
+WRAP_COLUMNS = frozenset({"layout", "recompute", "graphs"})
+_SVG_SIZE = re.compile(r'^<svg([^>]*?) width="([\d.]+)pt" height="([\d.]+)pt"')
+PX_PER_PT = 4.0 / 3.0
+
+
+def _cell(value: str, wrap: bool) -> str:
+    if not wrap:
+        return f"<td>{html.escape(value)}</td>"
+    return '<td class="wrap">' + ",<wbr>".join(html.escape(part) for part in value.split(",")) + "</td>"
 
 
 def _table(columns: tuple[str, ...], rows: list[list[str]]) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in rows)
+    wrap = [c in WRAP_COLUMNS for c in columns]
+    body = "".join("<tr>" + "".join(_cell(v, w) for v, w in zip(row, wrap, strict=False)) + "</tr>" for row in rows)
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def _inline_svg(fig: Figure) -> str:
+    """The figure for the page: matplotlib's fixed width/height (pt) become a CSS max-width (its
+    drawn size in px), so the viewBox scales it down to the column but never up."""
+    match = _SVG_SIZE.match(fig.svg)
+    if match is None:
+        return fig.svg
+    attrs, width_pt = match.group(1), float(match.group(2))
+    label = html.escape(fig.caption)
+    opening = f'<svg{attrs} style="max-width:{width_pt * PX_PER_PT:.0f}px" role="img" aria-label="{label}"'
+    return opening + fig.svg[match.end() :]
+
+
+def _figure(fig: Figure | None) -> str:
+    if fig is None:
+        return ""
+    return f"<figure>{_inline_svg(fig)}<figcaption>{html.escape(fig.caption)}</figcaption></figure>"
+
+
+def plans_heading(payload: dict[str, Any]) -> str:
+    """What the plans are ranked by, from the payload's rank record (plan/payload.py)."""
+    rank = payload.get("rank") or {}
+    if str(rank.get("by", "")).endswith("_low") and rank.get("bands"):
+        return say("plans_by_low_edge")
+    if rank.get("mode") == "expected":
+        return say("plans_by_prediction")
+    return say("plans_by_speed")
+
+
+def _plans_html(payload: dict[str, Any]) -> list[str]:
+    parts = [f"<h2>{html.escape(plans_heading(payload))}</h2>"]
+    if not payload["plans"]:
+        need = payload.get("min_gpus_needed")
+        return [*parts, f"<p>{html.escape(say('no_fit_need', need=need) if need else say('no_fit'))}</p>"]
+    parts.append(_table(PLAN_COLUMNS, labelled_rows(payload)))
+    notes = [*ranking_notes(payload), at_risk_note(payload)]
+    parts += [f'<p class="muted">{html.escape(note)}.</p>' for note in notes if note]
+    return parts
+
+
+def _plan_sections(payload: dict[str, Any], by_name: dict[str, Figure]) -> list[str]:
+    parts = []
+    for i, plan in enumerate(payload["plans"][:3]):
+        heading = say("plan_heading", n=i + 1, layout=layout_text(plan["layout"]))
+        reasons = "".join(
+            f'<li><span class="rule">[{html.escape(r["rule"])}]</span> {html.escape(r["text"])}</li>'
+            for r in plan["reasons"]
+        )
+        figures_ = "".join(_figure(by_name.get(f"plan{i + 1}_{kind}")) for kind in ("memory", "time"))
+        parts += [f"<h2>{html.escape(heading)}</h2>", f"<ul>{reasons}</ul>", f'<div class="figs">{figures_}</div>']
+    return parts
+
+
+def _searched(payload: dict[str, Any]) -> str:
+    counts = {key: payload[key] for key in ("searched", "legal", "fit")}
+    return say("searched", version=payload["lcmoe_version"], **counts)
+
+
+def _bullets(items: list[str]) -> str:
+    return "<ul>" + "".join(f"<li>{item}</li>" for item in items) + "</ul>"
 
 
 def render_html(inputs: ReportInputs, figs: list[Figure]) -> str:
     payload = inputs.payload
     meta = payload["inputs"]
-    title = f"lcmoe plan — {meta['model']} at {meta['seq_len']} tokens on {meta['num_gpus']} × {meta['gpu']}"
+    title = say("title", model=meta["model"], seq_len=meta["seq_len"], num_gpus=meta["num_gpus"], gpu=meta["gpu"])
+    searched = _searched(payload)
+    by_name = {f.name: f for f in figs}
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{html.escape(title)}</title>",
         f"<style>{_CSS}</style>",
         f"<script>{_CHECK_SCRIPT}</script>",
         "</head><body>",
         f"<h1>{html.escape(title)}</h1>",
-        f'<p class="muted">lcmoe {html.escape(str(payload["lcmoe_version"]))}: searched {payload["searched"]} '
-        f"candidates, {payload['legal']} legal, {payload['fit']} fit.</p>",
+        f'<p class="muted">{html.escape(searched)}</p>',
         *([f"<p>{html.escape(peft_text(meta['peft']))}.</p>"] if meta.get("peft") else []),
-        "<h2>Plans, fastest first</h2>",
+        *_plans_html(payload),
+        *_plan_sections(payload, by_name),
     ]
-    if payload["plans"]:
-        parts.append(_table(PLAN_COLUMNS, labelled_rows(payload)))
-        note = at_risk_note(payload)
-        if note:
-            parts.append(f'<p class="muted">{html.escape(note)}.</p>')
-    else:
-        need = payload.get("min_gpus_needed")
-        parts.append(f"<p>No layout fits; {'at least ' + str(need) + ' GPUs are needed' if need else 'add GPUs'}.</p>")
-    by_name = {f.name: f for f in figs}
-    for i, plan in enumerate(payload["plans"][:3]):
-        parts.append(f"<h2>Plan {i + 1}: {html.escape(layout_text(plan['layout']))}</h2>")
-        parts.append(
-            "<ul>"
-            + "".join(
-                f'<li><span class="rule">[{html.escape(r["rule"])}]</span> {html.escape(r["text"])}</li>'
-                for r in plan["reasons"]
-            )
-            + "</ul>"
-        )
-        for kind in ("memory", "time"):
-            fig = by_name.get(f"plan{i + 1}_{kind}")
-            if fig:
-                parts.append(f"<figure>{fig.svg}<figcaption>{html.escape(fig.caption)}</figcaption></figure>")
-    for name, heading in (("pareto", "Memory against throughput"), ("sweep", "Sequence-length sweep")):
-        fig = by_name.get(name)
-        if fig:
-            parts.append(
-                f"<h2>{heading}</h2><figure>{fig.svg}<figcaption>{html.escape(fig.caption)}</figcaption></figure>"
-            )
+    for name, heading in (("pareto", "pareto_heading"), ("sweep", "sweep_heading")):
+        if name in by_name:
+            parts.append(f"<h2>{html.escape(say(heading))}</h2>{_figure(by_name[name])}")
             if name == "sweep":
                 parts.append(_table(SWEEP_COLUMNS, _sweep_rows(inputs.sweep)))
-    parts.append(
-        "<h2>Rules applied</h2><ul>"
-        + "".join(
-            f'<li><span class="rule">{html.escape(rule)}</span> {html.escape(title_)} — {html.escape(text)}</li>'
-            for rule, title_, text in _rules_applied(payload, inputs.rules)
-        )
-        + "</ul>"
-    )
-    parts.append("<h2>Emitted config (plan 1)</h2><p>Megatron Bridge overrides:</p>")
-    parts.append(f"<pre>{html.escape(inputs.overrides)}</pre><p>Megatron-LM arguments:</p>")
+    rules = [
+        f'<span class="rule">{html.escape(rule)}</span> {html.escape(title_)} — {html.escape(text)}'
+        for rule, title_, text in _rules_applied(payload, inputs.rules)
+    ]
+    parts += [f"<h2>{html.escape(say('rules_heading'))}</h2>", _bullets(rules)]
+    parts.append(f"<h2>{html.escape(say('config_heading'))}</h2><p>{html.escape(say('bridge_overrides'))}</p>")
+    parts.append(f"<pre>{html.escape(inputs.overrides)}</pre><p>{html.escape(say('megatron_args'))}</p>")
     parts.append(f"<pre>{html.escape(inputs.megatron_args)}</pre>")
-    parts.append(
-        "<h2>Assumptions and error bands</h2><ul>"
-        + "".join(f"<li>{html.escape(line)}</li>" for line in _assumptions(inputs))
-        + "</ul>"
-    )
+    parts.append(f"<h2>{html.escape(say('assumptions_heading'))}</h2>")
+    parts.append(_bullets([html.escape(line) for line in _assumptions(inputs)]))
     # <, > and & as JSON \u escapes: no "</script>" or "<!--" in a user string can end the block.
     blob = json.dumps(payload, default=str).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     parts.append(f'<script type="application/json" id="lcmoe-payload">{blob}</script>')
@@ -281,42 +351,48 @@ def _md_table(columns: tuple[str, ...], rows: list[list[str]]) -> str:
 def render_markdown(inputs: ReportInputs, figs: list[Figure], plots_dir: str) -> str:
     payload = inputs.payload
     meta = payload["inputs"]
+    title = say(
+        "title",
+        model=_md_text(meta["model"]),
+        seq_len=_md_text(meta["seq_len"]),
+        num_gpus=_md_text(meta["num_gpus"]),
+        gpu=_md_text(meta["gpu"]),
+    )
+    searched = _searched(payload)
     out = [
-        f"# lcmoe plan — {_md_text(meta['model'])} at {_md_text(meta['seq_len'])} tokens on "
-        f"{_md_text(meta['num_gpus'])} × {_md_text(meta['gpu'])}",
+        f"# {title}",
         "",
-        f"lcmoe {payload['lcmoe_version']}: searched {payload['searched']} candidates, {payload['legal']} legal, "
-        f"{payload['fit']} fit.",
+        searched,
         "",
         *([_md_inline(peft_text(meta["peft"])) + ".", ""] if meta.get("peft") else []),
-        "## Plans, fastest first",
+        f"## {_md_inline(plans_heading(payload))}",
         "",
-        _md_table(PLAN_COLUMNS, labelled_rows(payload)) if payload["plans"] else "No layout fits.",
+        _md_table(PLAN_COLUMNS, labelled_rows(payload)) if payload["plans"] else say("no_fit_short"),
     ]
-    note = at_risk_note(payload) if payload["plans"] else ""
-    if note:
-        out += ["", _md_inline(note) + "."]
+    notes = [*ranking_notes(payload), at_risk_note(payload)] if payload["plans"] else []
+    out += [line for note in notes if note for line in ("", _md_inline(note) + ".")]
     by_name = {f.name: f for f in figs}
     for i, plan in enumerate(payload["plans"][:3]):
-        out += ["", f"## Plan {i + 1}: {_md_inline(layout_text(plan['layout']))}", ""]
+        out += ["", f"## {_md_inline(say('plan_heading', n=i + 1, layout=layout_text(plan['layout'])))}", ""]
         out += [f"- [{_md_inline(r['rule'])}] {_md_inline(r['text'])}" for r in plan["reasons"]]
         for kind in ("memory", "time"):
             fig = by_name.get(f"plan{i + 1}_{kind}")
             if fig:
                 out += ["", f"![{_md_text(fig.caption)}]({quote(plots_dir)}/{quote(fig.name)}.svg)"]
-    for name, heading in (("pareto", "Memory against throughput"), ("sweep", "Sequence-length sweep")):
+    for name, heading in (("pareto", "pareto_heading"), ("sweep", "sweep_heading")):
         fig = by_name.get(name)
         if fig:
-            out += ["", f"## {heading}", "", f"![{_md_text(fig.caption)}]({quote(plots_dir)}/{quote(fig.name)}.svg)"]
+            image = f"![{_md_text(fig.caption)}]({quote(plots_dir)}/{quote(fig.name)}.svg)"
+            out += ["", f"## {_md_inline(say(heading))}", "", image]
             if name == "sweep":
                 out += ["", _md_table(SWEEP_COLUMNS, _sweep_rows(inputs.sweep))]
-    out += ["", "## Rules applied", ""]
+    out += ["", f"## {_md_inline(say('rules_heading'))}", ""]
     out += [
-        f"- `{_md_inline(rule)}` {_md_inline(title)} — {_md_inline(text)}"
-        for rule, title, text in _rules_applied(payload, inputs.rules)
+        f"- `{_md_inline(rule)}` {_md_inline(title_)} — {_md_inline(text)}"
+        for rule, title_, text in _rules_applied(payload, inputs.rules)
     ]
-    out += ["", "## Emitted config (plan 1)", ""]
+    out += ["", f"## {_md_inline(say('config_heading'))}", ""]
     out += [*_md_fence(inputs.overrides.rstrip()), "", *_md_fence(inputs.megatron_args.rstrip())]
-    out += ["", "## Assumptions and error bands", ""]
+    out += ["", f"## {_md_inline(say('assumptions_heading'))}", ""]
     out += [f"- {_md_inline(line)}" for line in _assumptions(inputs)]
     return "\n".join(out) + "\n"
