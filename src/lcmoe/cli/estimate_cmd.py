@@ -40,7 +40,16 @@ FROM_PLAN = typer.Option(
 )
 PLAN_RANK = typer.Option(1, "--rank", min=1, help="with --from-plan: which plan, 1 = the best (the # column)")
 # With --from-plan the plan fixes the run; these may still be given.
-FROM_PLAN_EXTRAS = frozenset({"from_plan", "rank", "calibration", "json_output", "quiet"})
+FROM_PLAN_EXTRAS = frozenset({"from_plan", "rank", "calibration", "json_output", "quiet", "explain", "stage"})
+EXPLAIN = typer.Option(
+    False,
+    "--explain",
+    help="print every step-time term of one pipeline stage as amount / rate = seconds, and how they add "
+    "up to the step (with --json: under time.explain)",
+)
+STAGE = typer.Option(
+    None, "--stage", min=0, help="with --explain: the pipeline stage to explain (default: the slowest)"
+)
 
 
 def estimate(
@@ -112,6 +121,8 @@ def estimate(
     rank: int = PLAN_RANK,
     json_output: bool = JSON,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="verdict line only"),
+    explain: bool = EXPLAIN,
+    stage: int | None = STAGE,
 ) -> None:
     """Predict per-GPU memory (every pipeline stage, by component) and the step time of one layout."""
     from lcmoe.errors import LcmoeError
@@ -172,14 +183,25 @@ def estimate(
         first = broken[0]
         more = f" (+{len(broken) - 1} more; `lcmoe check` lists all)" if len(broken) > 1 else ""
         abort(f"[{first.rule}] {first.message}; fix: {first.fix} ({first.source}){more}.")
-    result = estimate_run(run, ro.time_coefficients(calibration, run.hardware))
+    if stage is not None and not explain:
+        raise LcmoeError("--stage", stage, "picks the stage --explain lists", "add --explain")
+    coefficients = ro.time_coefficients(calibration, run.hardware)
+    result = estimate_run(run, coefficients)
     result["inputs"].update(_settings(run))
     if from_plan is not None:
         result["inputs"]["from_plan"] = {"path": str(from_plan), "rank": rank}
+    explanation = None
+    if explain:
+        from lcmoe.estimate.time.explain import explain_time
+
+        explanation = explain_time(run, coefficients, stage)
+        result["time"]["explain"] = explanation.as_dict()
     if json_output:
         print_json(result)
     else:
         render_estimate(result, quiet=quiet)
+        if explanation is not None and not quiet:
+            render_explanation(explanation)
     if not result["memory"]["fits"]:
         raise typer.Exit(EXIT_FINDINGS)
 
@@ -336,4 +358,33 @@ def render_time(time: dict[str, Any]) -> None:
     stdout.print(
         f"tokens/s/GPU {time['tokens_per_sec_per_gpu']:.0f}   model TFLOP/s/GPU "
         f"{time['model_tflops_per_gpu']:.0f}   MFU {100 * time['mfu']:.1f}% (of dense BF16 peak)"
+    )
+
+
+def _term_line(term: Any) -> str:
+    """``name: amount unit / rate unit [× factor] = seconds s [(why the factor)]``, 4 significant
+    digits each, so that amount / rate × factor can be redone by hand."""
+    line = f"  {term.name}: {term.amount:.4g} {term.amount_unit} / {term.rate:.4g} {term.rate_unit}"
+    if term.factor != 1.0:
+        line += f" × {term.factor:.4g}"
+    line += f" = {term.seconds:.4g} s"
+    return line + (f"  ({term.factor_note})" if term.factor_note and term.factor != 1.0 else "")
+
+
+def render_explanation(explanation: Any) -> None:
+    """The terms of one stage's microbatch and the step they make (``estimate --explain``)."""
+    e = explanation
+    which = "the slowest" if e.stage == e.critical_stage else f"the slowest is stage {e.critical_stage}"
+    stdout.print(f"step-time terms of stage {e.stage} ({which}), one microbatch on one GPU:", highlight=False)
+    for term in e.terms:
+        stdout.print(_term_line(term), highlight=False, markup=False)
+    stdout.print(f"  microbatch of stage {e.stage} = sum of the terms = {e.microbatch_seconds:.4g} s", highlight=False)
+    stdout.print("step terms beside the microbatches:", highlight=False)
+    for term in e.step_terms:
+        stdout.print(_term_line(term), highlight=False, markup=False)
+    extra = sum(t.seconds for t in e.step_terms)
+    stdout.print(
+        f"step = {e.critical_microbatch_seconds:.4g} s (stage {e.critical_stage} microbatch) × ({e.num_microbatches} "
+        f"microbatches + {e.bubble_factor:.4g} bubble) + {extra:.4g} s (step terms) = {e.step_seconds:.4g} s",
+        highlight=False,
     )

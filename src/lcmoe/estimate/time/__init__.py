@@ -33,7 +33,8 @@ Modules: coefficients (TimeCoefficients, bounds, the shipped fit), layer_flops (
 kernel kind), amounts (coefficient-free FLOPs and bytes per layer / stage / run), compute (GEMM,
 grouped GEMM, attention, GDN rates), communication (link rates, EP link shares and exposure), host
 (launch overheads, CUDA graphs), recompute, stage (one stage's microbatch, term by term), pipeline
-(the step), terms (TimeTerm: each term as amount / rate = seconds, for ``estimate --explain``).
+(the step), terms (TimeTerm: each term as amount / rate × factor = seconds) and explain (the
+terms of one stage and the step they make, for ``estimate --explain``).
 """
 
 from lcmoe.estimate.time.amounts import (
@@ -85,6 +86,7 @@ from lcmoe.estimate.time.compute import (
     grouped_peak_flops_per_second,
     narrow_m_factor,
 )
+from lcmoe.estimate.time.explain import TimeExplanation, explain_time
 from lcmoe.estimate.time.host import (
     HOST_SYNCING_DISPATCHERS,
     MOE_PREPROCESS_HOST_SHARE,
@@ -123,6 +125,7 @@ from lcmoe.estimate.time.stage import (
     stage_rates,
     stage_time,
 )
+from lcmoe.estimate.time.terms import TimeTerm, stage_terms, step_terms, time_term
 
 __all__ = [
     "ADAM_GPU_BYTES_PER_PARAM",
@@ -149,6 +152,8 @@ __all__ = [
     "StageTime",
     "TimeCoefficients",
     "TimeEstimate",
+    "TimeExplanation",
+    "TimeTerm",
     "adapter_flops_per_token",
     "attention_cp_bytes",
     "attention_efficiency_on_counted_flops",
@@ -164,6 +169,7 @@ __all__ = [
     "ep_layer_seconds",
     "ep_link_shares",
     "estimate_time",
+    "explain_time",
     "exposed_host_seconds",
     "gdn_kernel_seconds",
     "gdn_recurrence_flops_per_layer",
@@ -190,8 +196,11 @@ __all__ = [
     "scaleout_link_bandwidth",
     "shipped_time_coefficients",
     "stage_rates",
+    "stage_terms",
     "stage_time",
+    "step_terms",
     "target_hit_probability",
     "time_amounts",
+    "time_term",
     "tp_layer_bytes",
 ]
