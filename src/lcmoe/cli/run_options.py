@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import typer
 
@@ -234,82 +235,99 @@ def time_coefficients(calibration: Path | None, hardware: HardwareSpec) -> TimeC
     return coefficients_for(hardware, load_calibration(calibration))
 
 
-def build_run(
-    *,
-    model: str,
-    gpu: str,
-    gpus: int,
-    seq_len: str,
-    tp: int,
-    cp: int,
-    ep: int,
-    etp: int | None,
-    pp: int,
-    vpp: int,
-    mbs: int,
-    gbs: int | None,
-    recompute: str,
-    precision: str,
-    optimizer_offload: float,
-    dispatcher: str,
-    cuda_graph: str,
-    cp_comm_type: str | None,
-    pipeline_layout: str | None,
-    sequence_parallel: bool | None,
-    precision_aware_optimizer: bool,
-    moe_imbalance: float,
-    expandable_segments: bool,
-    fp8_params: bool | None,
-    hardware_file: Path | None,
-    hw: list[str],
-    scaleout_gbps: float | None,
-    gpus_per_node: int | None,
-    peft: dict[str, Any] | None = None,
-) -> RunConfig:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunKnobs:
+    """One run as `estimate` takes it on the command line (strings as typed; parsed by run_from_knobs)."""
+
+    model: str  # catalog name, lcmoe YAML or HF config.json
+    gpu: str
+    gpus: int
+    seq_len: str  # 4096, 32k, 128K
+    tp: int
+    cp: int
+    ep: int
+    etp: int | None  # None: 1
+    pp: int
+    vpp: int
+    mbs: int
+    gbs: int | None  # None: the default global batch
+    recompute: str  # none | full[:METHOD[:N]] | a comma list of modules
+    precision: str
+    optimizer_offload: float  # fraction of the optimizer state on the host
+    dispatcher: str
+    cuda_graph: str  # none | a comma list of scopes
+    cp_comm_type: str | None  # None: all_gather for DSA models, else p2p
+    pipeline_layout: str | None
+    sequence_parallel: bool | None
+    precision_aware_optimizer: bool  # BF16 main grads and exp_avg
+    moe_imbalance: float
+    expandable_segments: bool
+    fp8_params: bool | None
+    hardware_file: Path | None
+    hw: list[str]  # FIELD=VALUE hardware overrides
+    scaleout_gbps: float | None
+    gpus_per_node: int | None
+    peft: dict[str, Any] | None = None  # TrainingOptions' peft / lora_* fields (peft_options)
+
+
+def build_run(**knobs: Any) -> RunConfig:
+    """The RunConfig of `estimate`'s options, given by RunKnobs' field names (a missing or unknown
+    name is a TypeError from RunKnobs on the first call). Kept for estimate_cmd; new callers build
+    ``run_from_knobs(RunKnobs(...))``, which mypy checks field by field."""
+    return run_from_knobs(RunKnobs(**knobs))
+
+
+def run_from_knobs(knobs: RunKnobs) -> RunConfig:
+    """Resolve the model and hardware, check precision and recompute, build the layout and options."""
     from lcmoe.run import build_layout, check_precision_supported, parse_recompute
     from lcmoe.units import parse_token_count
     from lcmoe.workload import TrainingOptions
 
-    spec = resolve_model(model)
+    spec = resolve_model(knobs.model)
     hardware = resolve_hardware(
-        gpu, hardware_file=hardware_file, overrides=hw, scaleout_gbps=scaleout_gbps, gpus_per_node=gpus_per_node
+        knobs.gpu,
+        hardware_file=knobs.hardware_file,
+        overrides=knobs.hw,
+        scaleout_gbps=knobs.scaleout_gbps,
+        gpus_per_node=knobs.gpus_per_node,
     )
-    tokens = parse_token_count(seq_len)
-    check_precision_supported(hardware, precision)
-    check_recompute_text(recompute)
-    granularity, modules, method, num_layers = parse_recompute(recompute)
-    scopes = frozenset(s.strip() for s in cuda_graph.split(",") if s.strip() and s.strip() != "none")
+    tokens = parse_token_count(knobs.seq_len)
+    check_precision_supported(hardware, knobs.precision)
+    check_recompute_text(knobs.recompute)
+    granularity, modules, method, num_layers = parse_recompute(knobs.recompute)
+    scopes = frozenset(s.strip() for s in knobs.cuda_graph.split(",") if s.strip() and s.strip() != "none")
     layout = build_layout(
         spec,
-        gpus,
-        tp=tp,
-        cp=cp,
-        ep=ep,
-        etp=etp if etp is not None else 1,
-        pp=pp,
-        vpp=vpp,
-        mbs=mbs,
-        gbs=gbs,
+        knobs.gpus,
+        tp=knobs.tp,
+        cp=knobs.cp,
+        ep=knobs.ep,
+        etp=knobs.etp if knobs.etp is not None else 1,
+        pp=knobs.pp,
+        vpp=knobs.vpp,
+        mbs=knobs.mbs,
+        gbs=knobs.gbs,
         # DSA attention runs only all-gather CP (L-DSA-CP); every other model defaults to the ring.
-        cp_comm_type=cp_comm_type or ("all_gather" if spec.is_dsa else "p2p"),
-        pipeline_layout=pipeline_layout,
-        sequence_parallel=sequence_parallel,
+        cp_comm_type=knobs.cp_comm_type or ("all_gather" if spec.is_dsa else "p2p"),
+        pipeline_layout=knobs.pipeline_layout,
+        sequence_parallel=knobs.sequence_parallel,
     )
+    state_dtype: Literal["bf16", "fp32"] = "bf16" if knobs.precision_aware_optimizer else "fp32"
     options = TrainingOptions(
         seq_len=tokens,
-        precision=precision,
-        fp8_param_gather=fp8_params,
+        precision=knobs.precision,
+        fp8_param_gather=knobs.fp8_params,
         recompute_granularity=granularity,
         recompute_modules=modules,
         recompute_method=method,
         recompute_num_layers=num_layers,
-        optimizer_offload_fraction=optimizer_offload,
-        dispatcher=dispatcher,
+        optimizer_offload_fraction=knobs.optimizer_offload,
+        dispatcher=knobs.dispatcher,
         cuda_graph_scope=scopes,
-        main_grads_dtype="bf16" if precision_aware_optimizer else "fp32",
-        exp_avg_dtype="bf16" if precision_aware_optimizer else "fp32",
-        moe_token_imbalance=moe_imbalance,
-        expandable_segments=expandable_segments,
-        **(peft or {}),
+        main_grads_dtype=state_dtype,
+        exp_avg_dtype=state_dtype,
+        moe_token_imbalance=knobs.moe_imbalance,
+        expandable_segments=knobs.expandable_segments,
+        **(knobs.peft or {}),
     )
     return RunConfig(spec, hardware, layout, options)
