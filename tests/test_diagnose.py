@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
 import json
 import random
 import re
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
+from lcmoe.cli.log_progress import PROC_FD, open_offset, read_log_with_progress
 from lcmoe.config_io.megatron_args import parse_megatron_args, parse_megatron_dump, tokenize_args
 from lcmoe.config_io.plan_json import run_from_plan
 from lcmoe.diagnose.logs import MAX_LINE_BYTES, parse_log_lines, read_log
@@ -438,3 +441,34 @@ def test_bad_plan_json_is_one_sentence(tmp_path: Path) -> None:
     bad.write_text("{not json", encoding="utf-8")
     code, _, err = run_cli("preflight", "--plan", str(bad))
     assert code == 2 and "--plan" in err and "Traceback" not in err
+
+
+# ----- progress --------------------------------------------------------------------------------
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.skipif(not PROC_FD.is_dir(), reason="the bar follows /proc/self/fdinfo (Linux)")
+def test_log_offset_is_read_from_the_open_descriptor(tmp_path: Path) -> None:
+    path = tmp_path / "train.log"
+    path.write_bytes(b"x" * 1000)
+    with path.open("rb", buffering=0) as stream:
+        stream.read(100)
+        assert open_offset(path.resolve()) == 100
+    assert open_offset(path.resolve()) is None
+
+
+def test_diagnose_shows_bytes_read_only_on_a_terminal(tmp_path: Path) -> None:
+    """The bar is drawn on a terminal and the summary is read_log's; a pipe gets nothing."""
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(_speed_log(1.0, count=2000)) + "\n", encoding="utf-8")
+    shown = _Tty()
+    summary = read_log_with_progress(
+        str(path), console=Console(file=shown, force_terminal=True, force_interactive=True)
+    )
+    assert summary == read_log(path)
+    assert ("reading log" in shown.getvalue()) == PROC_FD.is_dir()
+    piped = io.StringIO()
+    assert read_log_with_progress(str(path), console=Console(file=piped)) == summary
+    assert piped.getvalue() == ""

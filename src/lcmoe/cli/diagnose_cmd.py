@@ -93,13 +93,13 @@ def diagnose(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="one verdict line"),
 ) -> None:
     """Read a training log: OOM cause and remediation ladder, measured vs predicted speed, or a regression."""
-    from lcmoe.diagnose.logs import read_log
+    from lcmoe.cli.log_progress import read_log_with_progress
 
     if not 0.0 <= margin < 0.9:  # also refuses NaN
         raise LcmoeError("--margin", margin, "must be a fraction in [0, 0.9)", "e.g. 0.05")
-    summary = read_log(log)
+    summary = read_log_with_progress(log, enabled=not json_output)
     if baseline is not None:
-        _regression(read_log(baseline), summary, json_output, quiet)
+        _regression(read_log_with_progress(baseline, enabled=not json_output), summary, json_output, quiet)
         return
     result: dict[str, Any] = {"log": summary.as_dict()}
     run, source = resolve_log_run(summary, plan=plan, config=config, model=model, gpu=gpu, gpus=gpus, seq_len=seq_len)
