@@ -29,14 +29,17 @@ from typing import Any
 MAX_LINE_CHARS = 4000
 # How deep a ``{name:t}`` placeholder (a value that is itself translated) may nest.
 MAX_DEPTH = 3
-PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)(?::([st]))?\}")
+PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)(?::([stl]))?\}")
 # What a placeholder's value may be: {x} one word (a number, a name, an option value); {x:s}
-# words (spaces, no ";"); {x:t} any text, itself translated.
-VALUE_CLASS = {"": r"[^\s;]", "s": r"[^;]", "t": r"."}
+# words (spaces, no ";"); {x:t} any text, itself translated; {x:l} a ", " list whose items are
+# translated one by one (joined with "、").
+VALUE_CLASS = {"": r"[^\s;]", "s": r"[^;]", "t": r".", "l": r"[^;]"}
 CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uff00-\uffef]")
 # Printed prefixes kept apart from the sentence they introduce ("error: …", "  [LC-GBS] …").
 PREFIX = re.compile(r"(?P<indent>\s*)(?P<tag>(?:\[[A-Z][A-Z0-9-]{0,40}\] )?)")
 SEGMENT_SEPARATORS = (("; ", "；"), (": ", "："))
+# Two lowercase English words in a row: prose (a name, a number or an option value is not).
+PROSE = re.compile(r"\b[a-z]{2,} [a-z]{2,}\b")
 
 
 class Language(enum.Enum):
@@ -78,7 +81,7 @@ class Template:
     chinese: str
     pattern: re.Pattern[str]
     first_literal: str
-    translated_names: frozenset[str]
+    kinds: Mapping[str, str]  # placeholder name → "", "s", "t" or "l" (PLACEHOLDER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +92,7 @@ class Catalog:
     templates: tuple[Template, ...]
 
 
-def compile_template(english: str) -> tuple[re.Pattern[str], str, frozenset[str]]:
+def compile_template(english: str) -> tuple[re.Pattern[str], str, dict[str, str]]:
     """The anchored, backtrack-free regex of one English template.
 
     Every placeholder but the last is ``(?>(?P<x>V+?)LITERAL)``: the shortest value (of the
@@ -108,8 +111,7 @@ def compile_template(english: str) -> tuple[re.Pattern[str], str, frozenset[str]
         last = i == len(names) - 1
         regex.append(f"(?P<{name}>{value}+){literal}" if last else f"(?>(?P<{name}>{value}+?){literal})")
     regex.append(r"\Z")
-    translated = frozenset(n for n, k in zip(names, kinds, strict=True) if k == "t")
-    return re.compile("".join(regex), re.DOTALL), literals[0], translated
+    return re.compile("".join(regex), re.DOTALL), literals[0], {n: k or "" for n, k in zip(names, kinds, strict=True)}
 
 
 def build_catalog(entries: Mapping[str, str]) -> Catalog:
@@ -123,11 +125,11 @@ def build_catalog(entries: Mapping[str, str]) -> Catalog:
         if not PLACEHOLDER.search(english):
             exact[english.replace("{{", "{").replace("}}", "}")] = chinese
             continue
-        pattern, first, translated = compile_template(english)
+        pattern, first, kinds = compile_template(english)
         unknown = {n for n, _ in PLACEHOLDER.findall(chinese)} - {n for n, _ in PLACEHOLDER.findall(english)}
         if unknown:
             raise ValueError(f"catalog entry {english!r}: the Chinese side names {sorted(unknown)} it does not have")
-        templates.append(Template(english, chinese, pattern, first, translated))
+        templates.append(Template(english, chinese, pattern, first, kinds))
     # The most specific template first: the one with the most literal text ("plan {i} — why:"
     # before "plan {i}"), so the catalog's order does not matter.
     templates.sort(key=lambda t: -len(PLACEHOLDER.sub("", t.english)))
@@ -149,9 +151,14 @@ def _fill(template: Template, match: re.Match[str], depth: int) -> tuple[str, bo
     values: dict[str, str] = {}
     complete = True
     for name, value in match.groupdict().items():
-        if name in template.translated_names:
+        kind = template.kinds[name]
+        if kind == "t":
             value, done = _translate_line(value, depth + 1)
             complete = complete and done
+        elif kind == "l":
+            items = [_translate_line(item, depth + 1) for item in value.split(", ")]
+            value = "、".join(text for text, _ in items)
+            complete = complete and all(done for _, done in items)
         values[name] = value
     return PLACEHOLDER.sub(lambda m: values[m.group(1)], template.chinese), complete
 
@@ -172,7 +179,7 @@ def _sentence(text: str, depth: int) -> tuple[str, bool] | None:
 
 
 def _translate_line(line: str, depth: int = 0) -> tuple[str, bool]:
-    """(Chinese line, whether every part of it was translated). Indentation and a leading rule
+    """(Chinese line, whether every part that is prose was translated). Indentation and a leading rule
     tag (``[LC-GBS] ``) are kept; a line no template takes whole is tried segment by segment
     (split at "; " then ": "), and what still matches nothing stays English."""
     if depth > MAX_DEPTH or len(line) > MAX_LINE_CHARS or not line.strip():
@@ -187,9 +194,20 @@ def _translate_line(line: str, depth: int = 0) -> tuple[str, bool]:
         pieces = body.split(separator)
         if len(pieces) > 1:
             done = [_translate_line(piece, depth + 1) for piece in pieces]
-            if any(ok for _, ok in done):
-                return prefix + joiner.join(text for text, _ in done), all(ok for _, ok in done)
-    return line, False
+            changed = [text != piece for (text, _), piece in zip(done, pieces, strict=True)]
+            if any(changed):
+                return prefix + _join(done, changed, separator, joiner), all(ok for _, ok in done)
+    return line, PROSE.search(line) is None  # "moe_act", "TP1 CP2" need no translation
+
+
+def _join(done: list[tuple[str, bool]], changed: list[bool], separator: str, joiner: str) -> str:
+    """Segments joined again: the Chinese mark after a translated label ("错误：…"), and between
+    two translated clauses ("…；…"); English text that stayed English keeps its own separator."""
+    text = done[0][0]
+    for i in range(1, len(done)):
+        label = changed[i - 1] and (separator == ": " or changed[i])
+        text += (joiner if label else separator) + done[i][0]
+    return text
 
 
 def translate(text: str, lang: Language) -> str:
