@@ -194,74 +194,8 @@ class TrainingOptions:
 
     def __post_init__(self) -> None:
         _check_field_types(self)
-        if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or not 1 <= self.seq_len <= 2**40:
-            raise LcmoeError("seq_len", self.seq_len, "must be a whole number from 1 to 2^40", "e.g. --seq-len 128k")
-        if self.precision not in PRECISIONS:
-            raise LcmoeError("precision", self.precision, f"must be one of {', '.join(PRECISIONS)}", "e.g. bf16")
-        if not 0.0 <= self.optimizer_offload_fraction <= 1.0:
-            raise LcmoeError(
-                "optimizer_offload_fraction", self.optimizer_offload_fraction, "must be between 0 and 1", "e.g. 0.5"
-            )
-        unknown = set(self.recompute_modules) - RECOMPUTE_MODULES
-        if unknown:
-            raise LcmoeError(
-                "recompute_modules",
-                ",".join(sorted(unknown)),
-                "are not Megatron recompute modules",
-                f"use {', '.join(sorted(RECOMPUTE_MODULES))}",
-            )
-        if self.dispatcher not in DISPATCHERS:
-            raise LcmoeError(
-                "dispatcher",
-                self.dispatcher,
-                f"must be one of {', '.join(DISPATCHERS)}",
-                "alltoall is the safe default",
-            )
-        bad_scopes = set(self.cuda_graph_scope) - CUDA_GRAPH_SCOPES
-        if bad_scopes:
-            raise LcmoeError(
-                "cuda_graph_scope",
-                ",".join(sorted(bad_scopes)),
-                "are not CUDA-graph scopes",
-                f"use {', '.join(sorted(CUDA_GRAPH_SCOPES))}",
-            )
-        if not 1.0 <= self.moe_token_imbalance <= MAX_TOKEN_IMBALANCE:
-            raise LcmoeError(
-                "moe_token_imbalance",
-                self.moe_token_imbalance,
-                f"must be a finite number from 1 (perfectly balanced) to {MAX_TOKEN_IMBALANCE:g}",
-                "use 1.0 under forced balance, ~1.1-1.5 for a real router",
-            )
-        if self.fp8_param_gather and not self.is_fp8:
-            raise LcmoeError(
-                "fp8_param_gather",
-                True,
-                f"needs an FP8 or FP4 precision, not {self.precision} (transformer_config.py: fp8_param requires fp8)",
-                "drop --fp8-params or pick fp8-tensorwise, fp8-blockwise, mxfp8 or nvfp4",
-            )
-        if self.precision_aware is False and (self.exp_avg_dtype != "fp32" or self.main_params_dtype != "fp32"):
-            raise LcmoeError(
-                "precision_aware",
-                False,
-                f"contradicts exp_avg_dtype={self.exp_avg_dtype}, main_params_dtype={self.main_params_dtype}: "
-                "moments or master parameters below FP32 need the precision-aware optimizer "
-                "(optimizer_config.py)",
-                "set use_precision_aware_optimizer or keep FP32 moments and master parameters",
-            )
-        if self.recompute_num_layers < 1:
-            raise LcmoeError("recompute_num_layers", self.recompute_num_layers, "must be ≥ 1", "e.g. 1")
-        if self.peft not in ("none", "lora"):
-            raise LcmoeError("peft", self.peft, "must be none or lora", "e.g. --peft lora")
-        if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 1:
-            raise LcmoeError("lora_rank", self.lora_rank, "must be a whole number ≥ 1", "Bridge's default is 32")
-        unknown_targets = set(self.lora_targets) - LORA_TARGETS
-        if unknown_targets or not self.lora_targets:
-            raise LcmoeError(
-                "lora_targets",
-                ",".join(sorted(unknown_targets)) or "(none)",
-                "must name one or more LoRA targets lcmoe models",
-                f"use {', '.join(sorted(LORA_TARGETS))}",
-            )
+        _check_single_fields(self)
+        _check_combinations(self)
 
     @property
     def is_lora(self) -> bool:
@@ -320,3 +254,79 @@ class TrainingOptions:
         if self.recompute_granularity == "selective":
             return ",".join(sorted(self.recompute_modules)) or "none"
         return "none"
+
+
+def _check_single_fields(o: TrainingOptions) -> None:
+    """Each run field's own rule: ranges, and names Megatron knows."""
+    if isinstance(o.seq_len, bool) or not isinstance(o.seq_len, int) or not 1 <= o.seq_len <= 2**40:
+        raise LcmoeError("seq_len", o.seq_len, "must be a whole number from 1 to 2^40", "e.g. --seq-len 128k")
+    if o.precision not in PRECISIONS:
+        raise LcmoeError("precision", o.precision, f"must be one of {', '.join(PRECISIONS)}", "e.g. bf16")
+    if not 0.0 <= o.optimizer_offload_fraction <= 1.0:
+        raise LcmoeError(
+            "optimizer_offload_fraction", o.optimizer_offload_fraction, "must be between 0 and 1", "e.g. 0.5"
+        )
+    unknown = set(o.recompute_modules) - RECOMPUTE_MODULES
+    if unknown:
+        raise LcmoeError(
+            "recompute_modules",
+            ",".join(sorted(unknown)),
+            "are not Megatron recompute modules",
+            f"use {', '.join(sorted(RECOMPUTE_MODULES))}",
+        )
+    if o.dispatcher not in DISPATCHERS:
+        raise LcmoeError(
+            "dispatcher",
+            o.dispatcher,
+            f"must be one of {', '.join(DISPATCHERS)}",
+            "alltoall is the safe default",
+        )
+    bad_scopes = set(o.cuda_graph_scope) - CUDA_GRAPH_SCOPES
+    if bad_scopes:
+        raise LcmoeError(
+            "cuda_graph_scope",
+            ",".join(sorted(bad_scopes)),
+            "are not CUDA-graph scopes",
+            f"use {', '.join(sorted(CUDA_GRAPH_SCOPES))}",
+        )
+    if not 1.0 <= o.moe_token_imbalance <= MAX_TOKEN_IMBALANCE:
+        raise LcmoeError(
+            "moe_token_imbalance",
+            o.moe_token_imbalance,
+            f"must be a finite number from 1 (perfectly balanced) to {MAX_TOKEN_IMBALANCE:g}",
+            "use 1.0 under forced balance, ~1.1-1.5 for a real router",
+        )
+
+
+def _check_combinations(o: TrainingOptions) -> None:
+    """Fields that must agree (FP8 parameters, the precision-aware optimizer) and the PEFT fields."""
+    if o.fp8_param_gather and not o.is_fp8:
+        raise LcmoeError(
+            "fp8_param_gather",
+            True,
+            f"needs an FP8 or FP4 precision, not {o.precision} (transformer_config.py: fp8_param requires fp8)",
+            "drop --fp8-params or pick fp8-tensorwise, fp8-blockwise, mxfp8 or nvfp4",
+        )
+    if o.precision_aware is False and (o.exp_avg_dtype != "fp32" or o.main_params_dtype != "fp32"):
+        raise LcmoeError(
+            "precision_aware",
+            False,
+            f"contradicts exp_avg_dtype={o.exp_avg_dtype}, main_params_dtype={o.main_params_dtype}: "
+            "moments or master parameters below FP32 need the precision-aware optimizer "
+            "(optimizer_config.py)",
+            "set use_precision_aware_optimizer or keep FP32 moments and master parameters",
+        )
+    if o.recompute_num_layers < 1:
+        raise LcmoeError("recompute_num_layers", o.recompute_num_layers, "must be ≥ 1", "e.g. 1")
+    if o.peft not in ("none", "lora"):
+        raise LcmoeError("peft", o.peft, "must be none or lora", "e.g. --peft lora")
+    if isinstance(o.lora_rank, bool) or not isinstance(o.lora_rank, int) or o.lora_rank < 1:
+        raise LcmoeError("lora_rank", o.lora_rank, "must be a whole number ≥ 1", "Bridge's default is 32")
+    unknown_targets = set(o.lora_targets) - LORA_TARGETS
+    if unknown_targets or not o.lora_targets:
+        raise LcmoeError(
+            "lora_targets",
+            ",".join(sorted(unknown_targets)) or "(none)",
+            "must name one or more LoRA targets lcmoe models",
+            f"use {', '.join(sorted(LORA_TARGETS))}",
+        )
