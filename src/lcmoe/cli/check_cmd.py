@@ -77,9 +77,11 @@ def parse_run(
     gpu: str,
     gpus: int,
     seq_len: str | None,
-    hardware: Any,
+    hardware: HardwareSpec,
     source: str = "-",
-) -> Any:
+) -> tuple[str, RunConfig | None, list[dict[str, Any]]]:
+    """The run a config describes: (format, run, unknown keys or flags). Unknown flags stop the
+    parse (run None); ``gpu`` is unused (the hardware is resolved) and kept for the callers."""
     from lcmoe.cli.common import resolve_model
     from lcmoe.config_io.bridge import flatten, parse_override_lines, run_from_overrides
     from lcmoe.config_io.emitted import read_emitted
