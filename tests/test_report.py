@@ -14,6 +14,7 @@ import pytest
 
 from lcmoe.estimate.time import shipped_time_coefficients
 from lcmoe.plan.format import plan_row
+from lcmoe.report.render import plans_heading
 from lcmoe.report.strings import say
 from tests.conftest import run_cli
 
@@ -180,3 +181,18 @@ def test_report_fits_a_phone_and_a_desktop(report: tuple[Path, dict[str, object]
         assert float(min_font) >= MIN_PLOT_TEXT_PX, f"{width} px: plot text {min_font} px"
         if width == "1400":
             assert boxes == "0", f"{boxes} table(s) scroll at 1400 px"
+
+
+@pytest.mark.parametrize(
+    ("rank", "key"),
+    [
+        ({"mode": "conservative", "by": "time.tokens_per_sec_per_gpu_low", "bands": True}, "plans_by_low_edge"),
+        ({"mode": "expected", "by": "time.tokens_per_sec_per_gpu", "bands": True}, "plans_by_prediction"),
+        ({"mode": "conservative", "by": "time.tokens_per_sec_per_gpu_low", "bands": False}, "plans_by_speed"),
+        (None, "plans_by_speed"),
+    ],
+)
+def test_plans_heading_follows_the_rank_record(rank: dict[str, object] | None, key: str) -> None:
+    """The heading names what the plan JSON says the plans were ranked by (without bands the low
+    edge is the prediction, so "fastest first" is true)."""
+    assert plans_heading({"rank": rank}) == say(key)

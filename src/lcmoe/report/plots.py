@@ -169,10 +169,28 @@ def pareto_scatter(points: list[tuple[float, float]], pareto: list[dict[str, Any
         markersize=3,
         label=say("pareto_front"),
     )
+    span_x = (max((m for m, _ in points), default=1.0) - min((m for m, _ in points), default=0.0)) / GIB or 1.0
+    span_y = max((t for _, t in points), default=1.0) or 1.0
+    # Plans often sit within a label's width of each other: one label ("3,4,5") per such group.
+    groups: list[tuple[float, float, list[str]]] = []
     for i, plan in enumerate(plans):
         x, y = plan["memory"]["peak_reserved_bytes"] / GIB, plan["time"]["tokens_per_sec_per_gpu"]
         ax.scatter([x], [y], s=30, color="#4e79a7", zorder=3)
-        ax.annotate(f"{i + 1}", (x, y), textcoords="offset points", xytext=(4, 4))
+        near = [g for g in groups if abs(g[0] - x) < 0.03 * span_x and abs(g[1] - y) < 0.05 * span_y]
+        if near:
+            near[0][2].append(str(i + 1))
+        else:
+            groups.append((x, y, [str(i + 1)]))
+    right_side = min((m for m, _ in points), default=0.0) / GIB + 0.7 * span_x
+    for x, y, names in groups:
+        left = x > right_side  # a label near the right edge goes to the point's left, inside the axes
+        ax.annotate(
+            ",".join(names),
+            (x, y),
+            textcoords="offset points",
+            xytext=(-4 if left else 4, 4),
+            ha="right" if left else "left",
+        )
     ax.margins(0.08, 0.12)
     ax.set_xlabel(say("pareto_x"))
     ax.set_ylabel(say("pareto_y"))
