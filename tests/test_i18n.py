@@ -10,6 +10,7 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -221,6 +222,24 @@ def test_narrow_terminal_in_chinese_wraps_cards_whole(english_locale: None, monk
     print_plans(Console(file=buffer, width=80, color_system=None), payload, "plans, fastest first", Language.ZH)
     cards = buffer.getvalue()
     assert "…" not in cards and all(cell_len(line) <= 80 for line in cards.splitlines()), cards
+
+
+def test_plan_tables_are_measured_in_the_language_they_are_printed_in(
+    english_locale: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """print_plans reads --lang from the running command, so fits() judges the Chinese table."""
+    from lcmoe.cli import plan_view
+
+    measured: list[str] = []
+    real_fits = plan_view.fits
+
+    def recording_fits(console: Any, table: Any) -> bool:
+        measured.extend(str(column.header) for column in table.columns)
+        return real_fits(console, table)
+
+    monkeypatch.setattr(plan_view, "fits", recording_fits)
+    assert run_cli("--lang", "zh", "plan", *QWEN)[0] == 0
+    assert "布局" in measured and "layout" not in measured
 
 
 def test_wide_terminal_in_chinese_keeps_the_table(english_locale: None) -> None:

@@ -321,11 +321,23 @@ class OutputContext:
 def context_language() -> Language:
     """The language of the running CLI command (its root context's OutputContext); English
     outside a command (a library caller, a test rendering a table itself)."""
-    import click
-
-    ctx = click.get_current_context(silent=True)
+    ctx = _current_context()
     obj = ctx.find_root().obj if ctx is not None else None
     return obj.lang if isinstance(obj, OutputContext) else Language.EN
+
+
+def _current_context() -> Any:
+    """The running command's click context: typer ≥ 0.20 runs on its own copy of click (whose
+    context stack is not click's); older typer on click itself."""
+    import importlib
+
+    for name in ("typer._click.globals", "click"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # typer < 0.20 has no copy of its own
+            continue
+        return module.get_current_context(silent=True)
+    return None
 
 
 def render_hook(lang: Language) -> Any:
