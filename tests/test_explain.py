@@ -113,3 +113,16 @@ def test_json_explain_is_additive_and_stage_is_checked() -> None:
 def test_explain_other_stage_says_which_is_slowest() -> None:
     out = _explain((*RUNS["deepseek-v3 128K"], "--stage", "0"))[1]
     assert "step-time terms of stage 0" in out
+
+
+def test_a_missing_coefficient_file_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lcmoe.errors import LcmoeError
+    from lcmoe.estimate.time import coefficients
+
+    coefficients._shipped.cache_clear()
+    monkeypatch.setattr(coefficients, "SHIPPED_COEFFICIENTS_FILE", "no_such_coefficients.yaml")
+    try:
+        with pytest.raises(LcmoeError, match=re.escape("no_such_coefficients.yaml")):
+            shipped_time_coefficients("hopper")
+    finally:
+        coefficients._shipped.cache_clear()

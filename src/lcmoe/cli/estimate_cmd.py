@@ -126,7 +126,6 @@ def estimate(
 ) -> None:
     """Predict per-GPU memory (every pipeline stage, by component) and the step time of one layout."""
     from lcmoe.errors import LcmoeError
-    from lcmoe.estimate.report import estimate_run
 
     given = [name for name in ctx.params if _given(ctx, name)]
     if from_plan is not None:
@@ -176,6 +175,31 @@ def estimate(
             peft=ro.peft_options(peft, lora_rank, lora_targets, lora_input_regather),
         )
         run = _with_knobs(run, ep_overlap=ep_overlap, main_grads_dtype=main_grads_dtype)
+    _estimate_and_print(
+        run,
+        calibration,
+        from_plan=(from_plan, rank) if from_plan is not None else None,
+        json_output=json_output,
+        quiet=quiet,
+        explain=explain,
+        stage=stage,
+    )
+
+
+def _estimate_and_print(
+    run: Any,
+    calibration: Path | None,
+    *,
+    from_plan: tuple[Path, int] | None,
+    json_output: bool,
+    quiet: bool,
+    explain: bool,
+    stage: int | None,
+) -> None:
+    """Check the run's legality, estimate it (with the ``--calibration`` file, if any) and print
+    (table or JSON; ``--explain``'s terms); exit 1 when it does not fit."""
+    from lcmoe.errors import LcmoeError
+    from lcmoe.estimate.report import estimate_run
     from lcmoe.rules.legality import violations
 
     broken = violations(run)
@@ -189,7 +213,7 @@ def estimate(
     result = estimate_run(run, coefficients)
     result["inputs"].update(_settings(run))
     if from_plan is not None:
-        result["inputs"]["from_plan"] = {"path": str(from_plan), "rank": rank}
+        result["inputs"]["from_plan"] = {"path": str(from_plan[0]), "rank": from_plan[1]}
     explanation = None
     if explain:
         from lcmoe.estimate.time.explain import explain_time

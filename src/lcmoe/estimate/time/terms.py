@@ -120,7 +120,7 @@ def _compute_terms(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients, r: S
 
 
 def _memory_comm_terms(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients, r: StageRates) -> list[TimeTerm]:
-    """HBM-bound terms (elementwise, MoE permutes) and the linear TP / EP / CP all-to-all terms."""
+    """HBM-bound terms (elementwise, MoE permutes) and the TP and EP terms."""
     pairs = list(zip(stage.groups, stage.counts, strict=True))
     hbm = a.hbm_bytes_per_second
     ep_share = DISPATCH_SM_SHARE.get(a.dispatcher, DISPATCH_SM_SHARE["alltoall"]) if a.ep_overlap else 1.0
@@ -172,29 +172,24 @@ def _memory_comm_terms(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients, 
             ep_share,
             ep_note,
         ),
-        time_term(
-            "CP mixer all-to-all",
-            sum(n * g.cp_mixer_a2a_bytes for g, n in pairs),
-            (b, per_s),
-            r.cp_bytes_per_second,
-            "cp_comm",
-        ),
     ]
-    if a.cp_a2a:
-        a2a = sum(n * g.cp_a2a_bytes for g, n in pairs)
-        terms.append(time_term("CP all-to-all", a2a, (b, per_s), r.cp_bytes_per_second, "cp_comm"))
     return terms
 
 
 def _exposed_terms(
     a: RunAmounts, stage: StageAmounts, c: TimeCoefficients, r: StageRates, seconds: list[LayerSeconds]
 ) -> list[TimeTerm]:
-    """Terms whose exposure depends on what runs beside them: the CP ring, recompute, host launches."""
+    """CP terms (all-to-all; the ring, exposed by what runs beside it), recompute and host launches."""
     counts = stage.counts
-    terms = []
-    if not a.cp_a2a and a.cp > 1:
+    pairs = list(zip(stage.groups, counts, strict=True))
+    mixer = sum(n * g.cp_mixer_a2a_bytes for g, n in pairs)
+    terms = [time_term("CP mixer all-to-all", mixer, ("B", "B/s"), r.cp_bytes_per_second, "cp_comm")]
+    if a.cp_a2a:
+        a2a = sum(n * g.cp_a2a_bytes for g, n in pairs)
+        terms.append(time_term("CP all-to-all", a2a, ("B", "B/s"), r.cp_bytes_per_second, "cp_comm"))
+    elif a.cp > 1:
         steps = 3 * (a.cp - 1)
-        ring_bytes = sum(n * steps * g.cp_kv_bytes_per_step for g, n in zip(stage.groups, counts, strict=True))
+        ring_bytes = sum(n * steps * g.cp_kv_bytes_per_step for g, n in pairs)
         exposed = sum(
             n * cp_ring_layer_seconds(a, g, c, r.cp_bytes_per_second, s.attention)
             for g, n, s in zip(stage.groups, counts, seconds, strict=True)
