@@ -51,3 +51,10 @@ def test_nothing_when_disabled() -> None:
 def test_advance_is_callable_with_no_argument_when_off() -> None:
     with progress(0, "empty", console=Console(file=io.StringIO())) as advance:
         advance()
+
+
+def test_unknown_total_pulses_with_the_elapsed_time() -> None:
+    tty = _FakeTty()
+    with progress(None, "report", console=Console(file=tty, force_terminal=True, width=80)):
+        pass
+    assert "report" in tty.getvalue() and "0:00:0" in tty.getvalue()

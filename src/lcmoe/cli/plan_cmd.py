@@ -82,7 +82,7 @@ def plan(
     if emit is not None and result.plans:
         quiet_emit = quiet or json_output
         emit_plan(emit, payload, result, steps=steps, confirmed=yes, force=force, launch=launch, quiet=quiet_emit)
-    report_error = _try_report(request, result, report_dir, calibration)
+    report_error = _try_report(request, result, report_dir, calibration, show_progress=not (quiet or json_output))
     if json_output:
         print_json(payload)
     elif quiet:
@@ -109,13 +109,16 @@ _LAUNCH_KEYS = (
 )
 
 
-def _try_report(request: Any, result: Any, report_dir: Path | None, calibration: Path | None) -> str:
+def _try_report(
+    request: Any, result: Any, report_dir: Path | None, calibration: Path | None, *, show_progress: bool
+) -> str:
     """Write ``--report DIR`` after the search; a failure (an unwritable DIR) comes back as one
     sentence, so the plan still prints and the command exits 1 instead of losing the search."""
     if report_dir is None:
         return ""
     try:
-        write_report(request, result, Path(report_dir) / "report.html", rq.SWEEP_DEFAULT, calibration)
+        out = Path(report_dir) / "report.html"
+        write_report(request, result, out, rq.SWEEP_DEFAULT, calibration, show_progress=show_progress)
     except LcmoeError as exc:
         return f"the report was not written: {exc}"
     except OSError as exc:

@@ -23,6 +23,7 @@ from rich.progress import (
     Progress,
     ProgressColumn,
     TextColumn,
+    TimeElapsedColumn,
     TimeRemainingColumn,
 )
 
@@ -47,25 +48,33 @@ def is_terminal(console: Console) -> bool:
     return bool(isatty and isatty()) and console.is_interactive
 
 
-def _columns(unit: Unit) -> tuple[ProgressColumn, ...]:
+def _columns(unit: Unit, *, counted: bool) -> tuple[ProgressColumn, ...]:
+    if not counted:  # an unknown amount of work: a pulsing bar and the time so far
+        return TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()
     done: ProgressColumn = DownloadColumn() if unit == "bytes" else MofNCompleteColumn()
     return TextColumn("{task.description}"), BarColumn(), done, TimeRemainingColumn()
 
 
 @contextmanager
 def progress(
-    total: float, label: str, *, enabled: bool = True, unit: Unit = "items", console: Console | None = None
+    total: float | None,
+    label: str,
+    *,
+    enabled: bool = True,
+    unit: Unit = "items",
+    console: Console | None = None,
 ) -> Iterator[Advance]:
     """Yield ``advance(amount=1)``; a bar of ``total`` items (or bytes) labelled ``label`` is drawn
     on ``console`` (default: lcmoe's stderr console) only if ``enabled``, ``total`` > 0 and that
-    console is a terminal. Otherwise ``advance`` does nothing and nothing is printed."""
+    console is a terminal. Otherwise ``advance`` does nothing and nothing is printed. ``total``
+    None: work whose size is unknown (a pulsing bar with the elapsed time)."""
     from lcmoe.cli.common import stderr
 
     target = stderr if console is None else console
-    if not (enabled and total > 0 and is_terminal(target)):
+    if not (enabled and (total is None or total > 0) and is_terminal(target)):
         yield _skip
         return
-    with Progress(*_columns(unit), console=target, transient=True) as bar:
+    with Progress(*_columns(unit, counted=total is not None), console=target, transient=True) as bar:
         task = bar.add_task(label, total=total)
 
         def advance(amount: float = 1) -> None:

@@ -10,6 +10,7 @@ import typer
 from lcmoe.cli import request as rq
 from lcmoe.cli import run_options as ro
 from lcmoe.cli.common import EXIT_FINDINGS, print_json, stdout
+from lcmoe.cli.progress import progress
 from lcmoe.plan.payload import plan_payload
 
 if TYPE_CHECKING:
@@ -17,16 +18,25 @@ if TYPE_CHECKING:
 
 
 def write_report(
-    request: PlanRequest, result: SearchResult, out: Path, sweep_text: str, calibration: Path | None
+    request: PlanRequest,
+    result: SearchResult,
+    out: Path,
+    sweep_text: str,
+    calibration: Path | None,
+    *,
+    show_progress: bool = False,
 ) -> list[Path]:
     """report.html, report.md and the plots for ``request``'s result, swept over ``sweep_text``'s
-    lengths (a --sweep list: ``32k,64k`` or ``16k..256k``)."""
+    lengths (a --sweep list: ``32k,64k`` or ``16k..256k``). The bar pulses (build_report runs the
+    sweep's searches itself and reports no count)."""
     from lcmoe.report.build import build_report, write_report
 
     lengths = ro.seq_lengths(sweep_text, field="--sweep")
-    inputs, figs = build_report(
-        request, result, sweep_lengths=lengths, calibration=str(calibration) if calibration else None
-    )
+    label = f"report: sweeping {len(lengths)} sequence lengths"
+    with progress(None, label, enabled=show_progress):
+        inputs, figs = build_report(
+            request, result, sweep_lengths=lengths, calibration=str(calibration) if calibration else None
+        )
     return write_report(out, inputs, figs)
 
 
@@ -63,7 +73,8 @@ def report(
     request = rq.plan_request(rq.PlanOptions.from_params(ctx.params))
     ro.seq_lengths(sweep_lengths, field="--sweep")  # a bad --sweep fails before the search
     result = rq.search_or_min_gpus(request, quiet or json_output)
-    written = write_report(request, result, out, sweep_lengths, calibration)
+    show = not (quiet or json_output)
+    written = write_report(request, result, out, sweep_lengths, calibration, show_progress=show)
     if json_output:
         print_json(plan_payload(request, result))
     elif quiet:
