@@ -172,3 +172,23 @@ def test_sweep_progress_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> N
     json_tty = _FakeTty()
     _run_with_stderr(json_tty, *SWEEP, "--json")
     assert json_tty.getvalue() == ""  # never with --json
+
+
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [
+        ("lcmoe plan --rank ex", ["expected"]),
+        ("lcmoe plan -m deepseek-v", ["deepseek-v3"]),
+        ("lcmoe sweep -g gb2", ["gb200"]),
+    ],
+)
+def test_shell_completion_of_rank_models_and_gpus(words: str, expected: list[str]) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "_LCMOE_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": "3"}
+    command = [sys.executable, "-c", "from lcmoe.cli import main; main()"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert set(expected) <= set(done.stdout.split()), done.stdout

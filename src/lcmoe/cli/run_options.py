@@ -73,8 +73,28 @@ def complete_list(choices: Iterable[str], *, exclusive: Iterable[str] = ("none",
     return complete
 
 
-MODEL = typer.Option(..., "--model", "-m", help="catalog model, lcmoe YAML or HF config.json")
-GPU = typer.Option("h100", "--gpu", "-g", help="catalog GPU (lcmoe hardware)")
+def _complete_catalog(kind: Literal["model", "hardware"]) -> Callable[[str], list[str]]:
+    """Completes catalog names (read when the shell asks, so --help never loads the catalog)."""
+
+    def complete(incomplete: str) -> list[str]:
+        from lcmoe.catalog import hardware_names, model_names
+
+        names = model_names() if kind == "model" else hardware_names()
+        return [n for n in names if n.startswith(incomplete)]
+
+    return complete
+
+
+MODEL = typer.Option(
+    ...,
+    "--model",
+    "-m",
+    help="catalog model (lcmoe models), lcmoe YAML or HF config.json",
+    autocompletion=_complete_catalog("model"),
+)
+GPU = typer.Option(
+    "h100", "--gpu", "-g", help="catalog GPU (lcmoe hardware)", autocompletion=_complete_catalog("hardware")
+)
 GPUS = typer.Option(..., "--gpus", "-n", help="total GPUs", callback=check_gpus)
 SEQ = typer.Option(..., "--seq-len", "-s", help="tokens per sequence: 4096, 32k, 128K")
 HW_FILE = typer.Option(None, "--hardware-file", help="your own hardware YAML")
