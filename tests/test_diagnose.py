@@ -3,6 +3,7 @@ runs, regressions, plan.json round trip."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import io
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from lcmoe.cli.diagnose_view import render_oom
 from lcmoe.cli.log_progress import PROC_FD, open_offset, read_log_with_progress
 from lcmoe.config_io.megatron_args import parse_megatron_args, parse_megatron_dump, tokenize_args
 from lcmoe.config_io.plan_json import run_from_plan
@@ -314,6 +316,22 @@ def test_oom_cli_text_lists_fitting_rungs_then_rejected_ones_with_reasons(tmp_pa
     ladder = out[out.index("remediation ladder") : out.index("rejected:")].splitlines()[1:]
     rungs = [line.strip() for line in ladder if line.startswith("    ")]  # wrapped continuations are not indented
     assert rungs and all(line.startswith("fits ") or line == "(no single change fits)" for line in rungs), out
+
+
+def test_a_stage_inside_capacity_is_never_negative_over() -> None:
+    """Issue 34: "-3.8 GiB over capacity" for a stage above the margin but inside the GPU."""
+    stage = {
+        "stage": 2,
+        "peak_reserved_bytes": 75.8 * GIB,
+        "over_bytes": -3.8 * GIB,
+        "free_bytes": 3.8 * GIB,
+        "largest_components": {"weight_copies": 8 * GIB},
+    }
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        render_oom({"over_stages": [stage], "evidence": [], "ladder": []})
+    assert "fits with 3.8 GiB free" in out.getvalue() and "-3.8" not in out.getvalue()
+    assert "weight copies (FP8) 8.0" in out.getvalue()
 
 
 # ----- speed -----------------------------------------------------------------------------------

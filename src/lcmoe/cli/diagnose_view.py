@@ -7,6 +7,7 @@ from typing import Any
 from rich.markup import escape
 
 from lcmoe.cli.common import stdout
+from lcmoe.report.strings import component_name  # the report's plain names for memory components
 
 GIB = 1024.0**3
 
@@ -16,7 +17,7 @@ def render_oom(oom: dict[str, Any]) -> None:
     fit (the ladder offered), then every rejected rung with the test it failed."""
     stdout.print("[bold red]out of memory[/]")
     for stage in oom.get("over_stages", []):
-        parts = ", ".join(f"{k} {v / GIB:.1f}" for k, v in stage["largest_components"].items())
+        parts = ", ".join(f"{component_name(k)} {v / GIB:.1f}" for k, v in stage["largest_components"].items())
         over = stage["over_bytes"]
         where = (
             f"{over / GIB:.1f} GiB over capacity"
