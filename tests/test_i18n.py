@@ -37,7 +37,7 @@ PITFALLS = (
 # Two lowercase English words in a row: prose left untranslated. Code spans (`lcmoe models`) and an
 # option with its value (--rank conservative) are lcmoe's own words and stay as they are.
 PROSE = re.compile(r"\b[a-z]{2,} [a-z]{2,}\b")
-KEPT = re.compile(r"`[^`]*`|--[\w-]+(?:[ =][\w.,-]+)?")
+KEPT = re.compile(r"`[^`]*`|'[^']*'|--[\w-]+(?:[ =][\w.,-]+)?|lcmoe [a-z]+")
 HOSTILE = {
     "unknown model": ("plan", "-m", "nosuchmodel", "-n", "8", "-s", "4k"),
     "bad seq-len": ("plan", "-m", "qwen3-30b-a3b", "-n", "8", "-s", "4kk"),
@@ -54,6 +54,13 @@ HOSTILE = {
     "bad recompute": ("estimate", "-m", "qwen3-30b-a3b", "-n", "16", "-s", "16k", "--recompute", "bogus"),
     "no tensor cores": ("estimate", "-m", "qwen3-30b-a3b", "-n", "8", "-s", "4k", "--precision", "mxfp8"),
     "nothing fits": ("plan", "-m", "deepseek-v3", "-n", "8", "-s", "128k"),
+    # usage errors typer finds before lcmoe runs
+    "missing option": ("plan", "-m", "qwen3-30b-a3b", "-n", "8"),
+    "below an option's minimum": ("plan", "-m", "qwen3-30b-a3b", "-n", "8", "-s", "4k", "--gbs", "0"),
+    "not an integer": ("plan", "-m", "qwen3-30b-a3b", "-n", "abc", "-s", "4k"),
+    "unknown option": ("plan", "--foo"),
+    "unknown command": ("nosuchcmd",),
+    "extra argument": ("flops", "-m", "qwen3-30b-a3b", "extra"),
 }
 
 
@@ -186,6 +193,20 @@ def test_english_stays_english(english_locale: None) -> None:
     assert code == 2 and err.startswith("error: model = 'nosuchmodel': no model of that name") and not has_cjk(err)
     _, out, _ = run_cli("plan", *QWEN)
     assert not has_cjk(out) and "plan 1 — why:" in out
+
+
+@pytest.mark.parametrize("args", [("--help",), ("plan", "--help"), ("--version",), ("hardware", "-q")])
+def test_help_version_and_exit_codes_are_the_same_in_both_languages(
+    args: tuple[str, ...], english_locale: None
+) -> None:
+    english, chinese = run_cli("--lang", "en", *args), run_cli("--lang", "zh", *args)
+    assert english == chinese  # --help stays English; the exit code does not depend on the language
+
+
+def test_no_command_shows_help_with_a_translated_usage_line(english_locale: None) -> None:
+    english, chinese = run_cli("--lang", "en"), run_cli("--lang", "zh")
+    assert english[0] == chinese[0] == 2
+    assert chinese[2] == english[2].replace("Usage: ", "用法：", 1)
 
 
 def test_the_locale_picks_chinese_and_lang_en_overrides_it(

@@ -6,10 +6,11 @@ Exit codes: 0 ok; 1 findings (no feasible plan, check warnings); 2 bad input or 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import sys
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
@@ -19,6 +20,7 @@ from lcmoe.cli.diagnose_cmd import calibrate, diagnose, preflight
 from lcmoe.cli.estimate_cmd import estimate
 from lcmoe.cli.flops_cmd import flops
 from lcmoe.cli.plan_cmd import plan, report, sweep
+from lcmoe.cli.run_options import complete_one
 from lcmoe.errors import clip
 
 if TYPE_CHECKING:
@@ -92,7 +94,9 @@ def _root(
     lang: str = typer.Option(
         None,
         "--lang",
-        help="language of the output for people: en or zh (also after a command; default from "
+        metavar="[en|zh]",
+        autocompletion=complete_one(("en", "zh")),
+        help="language of the output for people: en | zh (also after a command; default from "
         "LC_ALL / LC_MESSAGES / LANG, zh_* gives zh); JSON stays English",
     ),
 ) -> None:
@@ -205,13 +209,51 @@ def _say(text: str, lang: Language) -> None:
     sys.stderr.write(translate(text, lang) + "\n")
 
 
+def _invoke(args: list[str], lang: Language) -> None:
+    """The command line through typer. In English, typer's standalone mode does it all; in another
+    language, a usage error (a missing option, a bad value typer checks) is said in that language:
+    click's own text is taken and translated line by line (the usage line stays as it is)."""
+    from lcmoe.i18n import Language, OutputContext, translate
+
+    context = OutputContext(lang=lang)
+    if lang is Language.EN:
+        app(args=args, prog_name="lcmoe", standalone_mode=True, obj=context)
+        return
+    usage_errors, aborts = _click_exceptions("ClickException"), (typer.Abort, *_click_exceptions("Abort"))
+    try:
+        code = app(args=args, prog_name="lcmoe", standalone_mode=False, obj=context)
+    except usage_errors as exc:
+        shown = io.StringIO()
+        exc.show(file=shown)
+        sys.stderr.write(translate(shown.getvalue(), lang))
+        sys.exit(exc.exit_code)
+    except aborts:
+        _say("Aborted!", lang)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _click_exceptions(name: str) -> tuple[Any, ...]:
+    """Exception ``name`` of the click that typer runs on (its own copy from typer 0.20, click
+    itself before), and of click itself when installed."""
+    import importlib
+
+    found: list[Any] = []
+    for module_name in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            found.append(getattr(importlib.import_module(module_name), name))
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
+
+
 def _run(args: list[str], lang: Language, debug: bool) -> None:
     """Run the command line; map what escapes it to one sentence and an exit code."""
     from lcmoe.errors import LcmoeError
-    from lcmoe.i18n import OutputContext, translate
+    from lcmoe.i18n import translate
 
     try:
-        app(args=args, prog_name="lcmoe", standalone_mode=True, obj=OutputContext(lang=lang))
+        _invoke(args, lang)
         sys.stdout.flush()
     except LcmoeError as exc:
         if debug:
