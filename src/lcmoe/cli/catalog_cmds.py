@@ -9,42 +9,35 @@ from rich.table import Table
 from lcmoe.cli.common import JSON, QUIET, print_json, stdout
 
 
-def models(json_output: bool = JSON, quiet: bool = QUIET) -> None:
-    """List the built-in models with their parameter counts (total and active, in billions)."""
-    from lcmoe.catalog import load_model, model_names
+def _model_row(name: str) -> dict[str, Any]:
+    """One catalog model as `lcmoe models --json` lists it (counts in parameters)."""
+    from lcmoe.catalog import load_model
     from lcmoe.estimate.params import active_as_published, count_params
 
-    rows: list[dict[str, Any]] = []
-    for name in model_names():
-        spec = load_model(name)
-        main = count_params(spec, include_mtp=False)
-        with_mtp = count_params(spec, include_mtp=True)
-        pub = spec.published
-        rows.append(
-            {
-                "name": name,
-                "family": spec.family,
-                "layers": spec.num_layers,
-                "hidden_size": spec.hidden_size,
-                "attention": spec.attention_label,
-                "experts": spec.num_moe_experts or 0,
-                "topk": spec.moe_router_topk,
-                "mtp_layers": spec.mtp_num_layers,
-                "total_params": main.total,
-                "total_params_with_mtp": with_mtp.total,
-                "active_params": main.active,
-                "active_params_as_published": active_as_published(spec, main),
-                "published_total_billions": pub.total_billions if pub else None,
-                "published_active_billions": pub.active_billions if pub else None,
-                "published_source": pub.source if pub else None,
-            }
-        )
-    if json_output:
-        print_json({"models": rows})
-        return
-    if quiet:
-        stdout.print("\n".join(r["name"] for r in rows), highlight=False)
-        return
+    spec = load_model(name)
+    main = count_params(spec, include_mtp=False)
+    with_mtp = count_params(spec, include_mtp=True)
+    pub = spec.published
+    return {
+        "name": name,
+        "family": spec.family,
+        "layers": spec.num_layers,
+        "hidden_size": spec.hidden_size,
+        "attention": spec.attention_label,
+        "experts": spec.num_moe_experts or 0,
+        "topk": spec.moe_router_topk,
+        "mtp_layers": spec.mtp_num_layers,
+        "total_params": main.total,
+        "total_params_with_mtp": with_mtp.total,
+        "active_params": main.active,
+        "active_params_as_published": active_as_published(spec, main),
+        "published_total_billions": pub.total_billions if pub else None,
+        "published_active_billions": pub.active_billions if pub else None,
+        "published_source": pub.source if pub else None,
+    }
+
+
+def _models_table(rows: list[dict[str, Any]]) -> Table:
     table = Table(title="lcmoe model catalog (parameters in billions)")
     for col in ("model", "attn", "L", "experts", "MTP", "total", "published", "active", "published "):
         table.add_column(col, justify="left" if col in ("model", "attn") else "right", no_wrap=True)
@@ -66,7 +59,20 @@ def models(json_output: bool = JSON, quiet: bool = QUIET) -> None:
             f"{r['active_params_as_published'] / 1e9:.2f}",
             pub_active,
         )
-    stdout.print(table)
+    return table
+
+
+def models(json_output: bool = JSON, quiet: bool = QUIET) -> None:
+    """List the built-in models with their parameter counts (total and active, in billions)."""
+    from lcmoe.catalog import model_names
+
+    rows = [_model_row(name) for name in model_names()]
+    if json_output:
+        print_json({"models": rows})
+    elif quiet:
+        stdout.print("\n".join(r["name"] for r in rows), highlight=False)
+    else:
+        stdout.print(_models_table(rows))
 
 
 def hardware(json_output: bool = JSON, quiet: bool = QUIET) -> None:
