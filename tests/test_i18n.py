@@ -286,3 +286,21 @@ def test_cli_subprocess_reads_lang_from_the_environment(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 2 and done.stderr.startswith("错误：model = 'nosuchmodel'：模型目录中没有这个模型")
+
+
+def test_a_chinese_locale_on_an_ascii_terminal_prints_english() -> None:
+    """LANG=zh_CN with an ASCII stream would print only "?": the locale's Chinese is skipped."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "LANG": "zh_CN.UTF-8", "PYTHONIOENCODING": "ascii"}
+    for name in ("LC_ALL", "LC_MESSAGES"):
+        env.pop(name, None)
+    done = subprocess.run(
+        [sys.executable, "-c", "from lcmoe.cli import main; main()", *HOSTILE["unknown model"]],
+        capture_output=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2 and done.stderr.startswith(b"error: model = 'nosuchmodel': no model of that name")

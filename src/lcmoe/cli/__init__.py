@@ -150,9 +150,10 @@ def _stream_failure(exc: OSError, lang: Language | None = None) -> NoReturn:
 
 def split_language(args: list[str], environ: Mapping[str, str]) -> tuple[Language, list[str]]:
     """The output language and the arguments without ``--lang X`` / ``--lang=X`` (accepted before
-    or after the command, like --debug). Without --lang, the locale decides (i18n.language_from_env).
-    A missing or unknown value is bad usage: one sentence, exit 2."""
-    from lcmoe.i18n import language_from_env, parse_language
+    or after the command, like --debug). Without --lang, the locale decides (i18n.language_from_env),
+    unless stdout or stderr cannot encode Chinese. A missing or unknown value is bad usage: one
+    sentence, exit 2."""
+    from lcmoe.i18n import Language, language_from_env, parse_language
 
     chosen: Language | None = None
     rest: list[str] = []
@@ -169,7 +170,23 @@ def split_language(args: list[str], environ: Mapping[str, str]) -> tuple[Languag
             continue
         rest.append(arg)
         i += 1
-    return (chosen if chosen is not None else language_from_env(environ)), rest
+    if chosen is None:  # the locale's language, if the terminal can show it (LANG=zh_CN with an
+        chosen = language_from_env(environ)  # ASCII stream would print only "?")
+        chosen = chosen if _streams_can_show("中文") else Language.EN
+    return chosen, rest
+
+
+def _streams_can_show(text: str) -> bool:
+    """Whether stdout and stderr can encode ``text`` (a stream without an encoding, such as a
+    StringIO, takes any text)."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None)
+        if encoding:
+            try:
+                text.encode(encoding)
+            except (UnicodeEncodeError, LookupError):
+                return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> None:
