@@ -119,8 +119,9 @@ def _try_report(
     try:
         out = Path(report_dir) / "report.html"
         write_report(request, result, out, rq.SWEEP_DEFAULT, calibration, show_progress=show_progress)
-    except LcmoeError as exc:
-        return f"the report was not written: {exc}"
+    except LcmoeError as exc:  # report/build.py names its own --out: say --report here
+        field = "--report" if exc.field == "--out" else exc.field
+        return f"the report was not written: {LcmoeError(field, exc.value, exc.rule, exc.fix)}"
     except OSError as exc:
         return f"the report was not written to {report_dir}: {exc.strerror or exc.__class__.__name__}"
     return ""
