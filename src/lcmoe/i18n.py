@@ -186,10 +186,10 @@ def _translate_line(line: str, depth: int = 0) -> tuple[str, bool]:
         return line, not line.strip()
     head = PREFIX.match(line)
     prefix = head.group(0) if head else ""
-    body = line[len(prefix) :]
+    body = line[len(prefix) :].rstrip()
     found = _sentence(body, depth)
     if found is not None:
-        return prefix + found[0], found[1]
+        return prefix + found[0] + line[len(prefix) + len(body) :], found[1]
     for separator, joiner in SEGMENT_SEPARATORS:
         pieces = body.split(separator)
         if len(pieces) > 1:
