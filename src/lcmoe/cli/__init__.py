@@ -267,7 +267,7 @@ def _click_exceptions(name: str) -> tuple[Any, ...]:
 def _run(args: list[str], lang: Language, debug: bool) -> None:
     """Run the command line; map what escapes it to one sentence and an exit code."""
     from lcmoe.errors import LcmoeError
-    from lcmoe.i18n import translate
+    from lcmoe.i18n import has_cjk, translate
 
     try:
         _invoke(args, lang)
@@ -277,7 +277,8 @@ def _run(args: list[str], lang: Language, debug: bool) -> None:
             raise
         from lcmoe.cli.common import stderr
 
-        stderr.print(translate("error: ", lang) + exc.sentence(lang), highlight=False, markup=False)
+        colon = "：" if has_cjk(translate("error", lang)) else ": "
+        stderr.print(translate("error", lang) + colon + exc.sentence(lang), highlight=False, markup=False)
         _flush_or_fail()
         sys.exit(2)
     except KeyboardInterrupt:
