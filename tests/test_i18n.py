@@ -304,3 +304,31 @@ def test_a_chinese_locale_on_an_ascii_terminal_prints_english() -> None:
         check=False,
     )
     assert done.returncode == 2 and done.stderr.startswith(b"error: model = 'nosuchmodel': no model of that name")
+
+
+# ----- the HTML report --------------------------------------------------------------------------
+def _page_words(page: str) -> str:
+    """The words a reader sees: text between tags, without scripts, styles and code blocks."""
+    import html
+
+    page = re.sub(r"<(script|style|pre)\b.*?</\1>", " ", page, flags=re.S)
+    return "\n".join(html.unescape(t).strip() for t in re.findall(r">([^<]+)<", page) if t.strip())
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_report_in_both_languages(lang: str, english_locale: None, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "report.html"
+    args = ("report", "-m", "qwen3-30b-a3b", "-n", "8", "-s", "4k", "--sweep", "4k,8k", "--top", "2", "-o", str(out))
+    code, _, err = run_cli("--lang", lang, *args)
+    assert code == 0, err
+    page, markdown = out.read_text(encoding="utf-8"), out.with_suffix(".md").read_text(encoding="utf-8")
+    blob = re.search(r'id="lcmoe-payload">(.*?)</script>', page, re.S)
+    assert blob is not None and not has_cjk(blob.group(1))  # the embedded plan JSON stays English
+    if lang == "en":
+        assert '<html lang="en">' in page and not has_cjk(page) and not has_cjk(markdown)
+        return
+    assert '<html lang="zh-CN">' in page and "<h2>用到的规则</h2>" in page and "<th>布局</th>" in page
+    assert ">保存的激活<" in page and ">流水线阶段<" in page  # a plot's legend entry and axis label
+    assert not _english_prose(_page_words(page)), _english_prose(_page_words(page))
+    assert markdown.startswith("# lcmoe 方案") and "| # | 布局 |" in markdown

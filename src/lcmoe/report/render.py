@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+from lcmoe.i18n import Language, context_language, has_cjk, translate
 from lcmoe.plan.format import (
     PLAN_COLUMNS,
     at_risk_note,
@@ -80,12 +81,24 @@ def figures(inputs: ReportInputs, per_plan: int = 3) -> list[Figure]:
     return out
 
 
-def _rules_applied(payload: dict[str, Any], titles: dict[str, str]) -> list[tuple[str, str, str]]:
+def _period(text: str, lang: Language) -> str:
+    """``text`` ended as a sentence in its language ("。" after Chinese, "." after English)."""
+    return text + ("。" if lang is Language.ZH and has_cjk(text) else ".")
+
+
+def _rules_applied(
+    payload: dict[str, Any], titles: dict[str, str], lang: Language = Language.EN
+) -> list[tuple[str, str, str]]:
+    """(rule, its title, "plan N: what it says") for each rule the plans cite, in ``lang``."""
     seen: dict[tuple[str, str], str] = {}
     for i, plan in enumerate(payload["plans"]):
         for reason in plan["reasons"]:
-            seen.setdefault((reason["rule"], reason["text"]), say("where_plan", n=i + 1))
-    return [(rule, titles.get(rule, ""), f"{where}: {text}") for (rule, text), where in seen.items()]
+            seen.setdefault((reason["rule"], reason["text"]), translate(say("where_plan", n=i + 1), lang))
+    colon = "：" if lang is Language.ZH else ": "
+    return [
+        (rule, translate(titles.get(rule, ""), lang), f"{where}{colon}{translate(text, lang)}")
+        for (rule, text), where in seen.items()
+    ]
 
 
 def _sweep_rows(sweep: list[dict[str, Any]]) -> list[list[str]]:
@@ -139,7 +152,7 @@ def _band_evidence(payload: dict[str, Any]) -> list[str]:
     ]
 
 
-def _assumptions(inputs: ReportInputs) -> list[str]:
+def _assumptions(inputs: ReportInputs, lang: Language = Language.EN) -> list[str]:
     acc = inputs.accuracy
     inputs_ = inputs.payload["inputs"]
     lines = [_time_accuracy(acc), *_band_evidence(inputs.payload)]
@@ -157,10 +170,10 @@ def _assumptions(inputs: ReportInputs) -> list[str]:
     if acc.get("reference_container") and not acc.get("calibration"):
         slower = 100 * (1 - acc["slowest_container_factor"])
         lines.append(say("containers", container=acc["reference_container"], slower_pct=slower))
-    lines += [note + "." for note in model_notes(inputs.payload)]
+    lines += [_period(translate(note, lang), lang) for note in model_notes(inputs.payload)]
     if inputs_.get("peft"):
         lines.append(say("lora"))
-    return lines
+    return [translate(line, lang) for line in lines]
 
 
 # ----- HTML ------------------------------------------------------------------------------------
@@ -197,6 +210,8 @@ document.addEventListener('DOMContentLoaded', function () {
 # Columns whose values may wrap: spaces in a layout, commas in a module or scope list.
 WRAP_COLUMNS = frozenset({"layout", "recompute", "graphs"})
 _SVG_SIZE = re.compile(r'^<svg([^>]*?) width="([\d.]+)pt" height="([\d.]+)pt"')
+# A plot's words (svg.fonttype none keeps them as text): titles, axis labels, legend entries.
+_SVG_TEXT = re.compile(r"(<text\b[^>]*>)([^<]*)(</text>)")
 PX_PER_PT = 4.0 / 3.0
 
 
@@ -206,29 +221,46 @@ def _cell(value: str, wrap: bool) -> str:
     return '<td class="wrap">' + ",<wbr>".join(html.escape(part) for part in value.split(",")) + "</td>"
 
 
-def _table(columns: tuple[str, ...], rows: list[list[str]]) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+def _table(columns: tuple[str, ...], rows: list[list[str]], lang: Language = Language.EN) -> str:
+    head = "".join(f"<th>{html.escape(translate(c, lang))}</th>" for c in columns)
     wrap = [c in WRAP_COLUMNS for c in columns]
-    body = "".join("<tr>" + "".join(_cell(v, w) for v, w in zip(row, wrap, strict=False)) + "</tr>" for row in rows)
+    body = "".join(
+        "<tr>" + "".join(_cell(translate(v, lang), w) for v, w in zip(row, wrap, strict=False)) + "</tr>"
+        for row in rows
+    )
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
-def _inline_svg(fig: Figure) -> str:
+def _svg_words(svg: str, lang: Language) -> str:
+    """The plot's text elements in ``lang`` (numbers and names come back as they are)."""
+    if lang is Language.EN:
+        return svg
+
+    def one(match: re.Match[str]) -> str:
+        words = translate(html.unescape(match.group(2)), lang)
+        return match.group(1) + html.escape(words, quote=False) + match.group(3)
+
+    return _SVG_TEXT.sub(one, svg)
+
+
+def _inline_svg(fig: Figure, lang: Language = Language.EN) -> str:
     """The figure for the page: matplotlib's fixed width/height (pt) become a CSS max-width (its
     drawn size in px), so the viewBox scales it down to the column but never up."""
-    match = _SVG_SIZE.match(fig.svg)
+    svg = _svg_words(fig.svg, lang)
+    match = _SVG_SIZE.match(svg)
     if match is None:
-        return fig.svg
+        return svg
     attrs, width_pt = match.group(1), float(match.group(2))
-    label = html.escape(fig.caption)
+    label = html.escape(translate(fig.caption, lang))
     opening = f'<svg{attrs} style="max-width:{width_pt * PX_PER_PT:.0f}px" role="img" aria-label="{label}"'
-    return opening + fig.svg[match.end() :]
+    return opening + svg[match.end() :]
 
 
-def _figure(fig: Figure | None) -> str:
+def _figure(fig: Figure | None, lang: Language = Language.EN) -> str:
     if fig is None:
         return ""
-    return f"<figure>{_inline_svg(fig)}<figcaption>{html.escape(fig.caption)}</figcaption></figure>"
+    caption = html.escape(translate(fig.caption, lang))
+    return f"<figure>{_inline_svg(fig, lang)}<figcaption>{caption}</figcaption></figure>"
 
 
 def plans_heading(payload: dict[str, Any]) -> str:
@@ -241,26 +273,27 @@ def plans_heading(payload: dict[str, Any]) -> str:
     return say("plans_by_speed")
 
 
-def _plans_html(payload: dict[str, Any]) -> list[str]:
-    parts = [f"<h2>{html.escape(plans_heading(payload))}</h2>"]
+def _plans_html(payload: dict[str, Any], lang: Language = Language.EN) -> list[str]:
+    parts = [f"<h2>{html.escape(translate(plans_heading(payload), lang))}</h2>"]
     if not payload["plans"]:
         need = payload.get("min_gpus_needed")
-        return [*parts, f"<p>{html.escape(say('no_fit_need', need=need) if need else say('no_fit'))}</p>"]
-    parts.append(_table(PLAN_COLUMNS, labelled_rows(payload)))
+        verdict = say("no_fit_need", need=need) if need else say("no_fit")
+        return [*parts, f"<p>{html.escape(translate(verdict, lang))}</p>"]
+    parts.append(_table(PLAN_COLUMNS, labelled_rows(payload), lang))
     notes = [*ranking_notes(payload), at_risk_note(payload)]
-    parts += [f'<p class="muted">{html.escape(note)}.</p>' for note in notes if note]
+    parts += [f'<p class="muted">{html.escape(_period(translate(note, lang), lang))}</p>' for note in notes if note]
     return parts
 
 
-def _plan_sections(payload: dict[str, Any], by_name: dict[str, Figure]) -> list[str]:
+def _plan_sections(payload: dict[str, Any], by_name: dict[str, Figure], lang: Language = Language.EN) -> list[str]:
     parts = []
     for i, plan in enumerate(payload["plans"][:3]):
-        heading = say("plan_heading", n=i + 1, layout=layout_text(plan["layout"]))
+        heading = translate(say("plan_heading", n=i + 1, layout=layout_text(plan["layout"])), lang)
         reasons = "".join(
-            f'<li><span class="rule">[{html.escape(r["rule"])}]</span> {html.escape(r["text"])}</li>'
+            f'<li><span class="rule">[{html.escape(r["rule"])}]</span> {html.escape(translate(r["text"], lang))}</li>'
             for r in plan["reasons"]
         )
-        figures_ = "".join(_figure(by_name.get(f"plan{i + 1}_{kind}")) for kind in ("memory", "time"))
+        figures_ = "".join(_figure(by_name.get(f"plan{i + 1}_{kind}"), lang) for kind in ("memory", "time"))
         parts += [f"<h2>{html.escape(heading)}</h2>", f"<ul>{reasons}</ul>", f'<div class="figs">{figures_}</div>']
     return parts
 
@@ -274,15 +307,22 @@ def _bullets(items: list[str]) -> str:
     return "<ul>" + "".join(f"<li>{item}</li>" for item in items) + "</ul>"
 
 
-def render_html(inputs: ReportInputs, figs: list[Figure]) -> str:
+def render_html(inputs: ReportInputs, figs: list[Figure], lang: Language | None = None) -> str:
+    """The page in ``lang`` (default: the running command's --lang, i18n); the embedded payload
+    stays as ``lcmoe plan --json`` prints it."""
+    lang = context_language() if lang is None else lang
     payload = inputs.payload
     meta = payload["inputs"]
     title = say("title", model=meta["model"], seq_len=meta["seq_len"], num_gpus=meta["num_gpus"], gpu=meta["gpu"])
-    searched = _searched(payload)
+    title, searched = translate(title, lang), translate(_searched(payload), lang)
     by_name = {f.name: f for f in figs}
+
+    def heading(key: str) -> str:
+        return html.escape(translate(say(key), lang))
+
     parts = [
         "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
+        f'<html lang="{"zh-CN" if lang is Language.ZH else "en"}"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{html.escape(title)}</title>",
         f"<style>{_CSS}</style>",
@@ -290,25 +330,29 @@ def render_html(inputs: ReportInputs, figs: list[Figure]) -> str:
         "</head><body>",
         f"<h1>{html.escape(title)}</h1>",
         f'<p class="muted">{html.escape(searched)}</p>',
-        *([f"<p>{html.escape(peft_text(meta['peft']))}.</p>"] if meta.get("peft") else []),
-        *_plans_html(payload),
-        *_plan_sections(payload, by_name),
+        *(
+            [f"<p>{html.escape(_period(translate(peft_text(meta['peft']), lang), lang))}</p>"]
+            if meta.get("peft")
+            else []
+        ),
+        *_plans_html(payload, lang),
+        *_plan_sections(payload, by_name, lang),
     ]
-    for name, heading in (("pareto", "pareto_heading"), ("sweep", "sweep_heading")):
+    for name, key in (("pareto", "pareto_heading"), ("sweep", "sweep_heading")):
         if name in by_name:
-            parts.append(f"<h2>{html.escape(say(heading))}</h2>{_figure(by_name[name])}")
+            parts.append(f"<h2>{heading(key)}</h2>{_figure(by_name[name], lang)}")
             if name == "sweep":
-                parts.append(_table(SWEEP_COLUMNS, _sweep_rows(inputs.sweep)))
+                parts.append(_table(SWEEP_COLUMNS, _sweep_rows(inputs.sweep), lang))
     rules = [
         f'<span class="rule">{html.escape(rule)}</span> {html.escape(title_)} — {html.escape(text)}'
-        for rule, title_, text in _rules_applied(payload, inputs.rules)
+        for rule, title_, text in _rules_applied(payload, inputs.rules, lang)
     ]
-    parts += [f"<h2>{html.escape(say('rules_heading'))}</h2>", _bullets(rules)]
-    parts.append(f"<h2>{html.escape(say('config_heading'))}</h2><p>{html.escape(say('bridge_overrides'))}</p>")
-    parts.append(f"<pre>{html.escape(inputs.overrides)}</pre><p>{html.escape(say('megatron_args'))}</p>")
+    parts += [f"<h2>{heading('rules_heading')}</h2>", _bullets(rules)]
+    parts.append(f"<h2>{heading('config_heading')}</h2><p>{heading('bridge_overrides')}</p>")
+    parts.append(f"<pre>{html.escape(inputs.overrides)}</pre><p>{heading('megatron_args')}</p>")
     parts.append(f"<pre>{html.escape(inputs.megatron_args)}</pre>")
-    parts.append(f"<h2>{html.escape(say('assumptions_heading'))}</h2>")
-    parts.append(_bullets([html.escape(line) for line in _assumptions(inputs)]))
+    parts.append(f"<h2>{heading('assumptions_heading')}</h2>")
+    parts.append(_bullets([html.escape(line) for line in _assumptions(inputs, lang)]))
     # <, > and & as JSON \u escapes: no "</script>" or "<!--" in a user string can end the block.
     blob = json.dumps(payload, default=str).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     parts.append(f'<script type="application/json" id="lcmoe-payload">{blob}</script>')
@@ -348,7 +392,13 @@ def _md_table(columns: tuple[str, ...], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def render_markdown(inputs: ReportInputs, figs: list[Figure], plots_dir: str) -> str:
+def render_markdown(inputs: ReportInputs, figs: list[Figure], plots_dir: str, lang: Language | None = None) -> str:
+    """The Markdown twin in ``lang`` (default: the command's --lang); its SVG files keep English labels."""
+    lang = context_language() if lang is None else lang
+
+    def tr(text: str) -> str:
+        return translate(text, lang)
+
     payload = inputs.payload
     meta = payload["inputs"]
     title = say(
@@ -358,41 +408,43 @@ def render_markdown(inputs: ReportInputs, figs: list[Figure], plots_dir: str) ->
         num_gpus=_md_text(meta["num_gpus"]),
         gpu=_md_text(meta["gpu"]),
     )
-    searched = _searched(payload)
+    searched = tr(_searched(payload))
+    plan_rows = [[tr(v) for v in row] for row in labelled_rows(payload)]
     out = [
-        f"# {title}",
+        f"# {tr(title)}",
         "",
         searched,
         "",
-        *([_md_inline(peft_text(meta["peft"])) + ".", ""] if meta.get("peft") else []),
-        f"## {_md_inline(plans_heading(payload))}",
+        *([_md_inline(_period(tr(peft_text(meta["peft"])), lang)), ""] if meta.get("peft") else []),
+        f"## {_md_inline(tr(plans_heading(payload)))}",
         "",
-        _md_table(PLAN_COLUMNS, labelled_rows(payload)) if payload["plans"] else say("no_fit_short"),
+        _md_table(tuple(tr(c) for c in PLAN_COLUMNS), plan_rows) if payload["plans"] else tr(say("no_fit_short")),
     ]
     notes = [*ranking_notes(payload), at_risk_note(payload)] if payload["plans"] else []
-    out += [line for note in notes if note for line in ("", _md_inline(note) + ".")]
+    out += [line for note in notes if note for line in ("", _md_inline(_period(tr(note), lang)))]
     by_name = {f.name: f for f in figs}
     for i, plan in enumerate(payload["plans"][:3]):
-        out += ["", f"## {_md_inline(say('plan_heading', n=i + 1, layout=layout_text(plan['layout'])))}", ""]
-        out += [f"- [{_md_inline(r['rule'])}] {_md_inline(r['text'])}" for r in plan["reasons"]]
+        out += ["", f"## {_md_inline(tr(say('plan_heading', n=i + 1, layout=layout_text(plan['layout']))))}", ""]
+        out += [f"- [{_md_inline(r['rule'])}] {_md_inline(tr(r['text']))}" for r in plan["reasons"]]
         for kind in ("memory", "time"):
             fig = by_name.get(f"plan{i + 1}_{kind}")
             if fig:
-                out += ["", f"![{_md_text(fig.caption)}]({quote(plots_dir)}/{quote(fig.name)}.svg)"]
-    for name, heading in (("pareto", "pareto_heading"), ("sweep", "sweep_heading")):
+                out += ["", f"![{_md_text(tr(fig.caption))}]({quote(plots_dir)}/{quote(fig.name)}.svg)"]
+    for name, key in (("pareto", "pareto_heading"), ("sweep", "sweep_heading")):
         fig = by_name.get(name)
         if fig:
-            image = f"![{_md_text(fig.caption)}]({quote(plots_dir)}/{quote(fig.name)}.svg)"
-            out += ["", f"## {_md_inline(say(heading))}", "", image]
+            image = f"![{_md_text(tr(fig.caption))}]({quote(plots_dir)}/{quote(fig.name)}.svg)"
+            out += ["", f"## {_md_inline(tr(say(key)))}", "", image]
             if name == "sweep":
-                out += ["", _md_table(SWEEP_COLUMNS, _sweep_rows(inputs.sweep))]
-    out += ["", f"## {_md_inline(say('rules_heading'))}", ""]
+                sweep_rows = [[tr(v) for v in row] for row in _sweep_rows(inputs.sweep)]
+                out += ["", _md_table(tuple(tr(c) for c in SWEEP_COLUMNS), sweep_rows)]
+    out += ["", f"## {_md_inline(tr(say('rules_heading')))}", ""]
     out += [
         f"- `{_md_inline(rule)}` {_md_inline(title_)} — {_md_inline(text)}"
-        for rule, title_, text in _rules_applied(payload, inputs.rules)
+        for rule, title_, text in _rules_applied(payload, inputs.rules, lang)
     ]
-    out += ["", f"## {_md_inline(say('config_heading'))}", ""]
+    out += ["", f"## {_md_inline(tr(say('config_heading')))}", ""]
     out += [*_md_fence(inputs.overrides.rstrip()), "", *_md_fence(inputs.megatron_args.rstrip())]
-    out += ["", f"## {_md_inline(say('assumptions_heading'))}", ""]
-    out += [f"- {_md_inline(line)}" for line in _assumptions(inputs)]
+    out += ["", f"## {_md_inline(tr(say('assumptions_heading')))}", ""]
+    out += [f"- {_md_inline(line)}" for line in _assumptions(inputs, lang)]
     return "\n".join(out) + "\n"
