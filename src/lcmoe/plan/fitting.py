@@ -1,0 +1,167 @@
+"""One candidate of a plan search, from its Bridge-default options to its fastest fitting plan:
+a model-state lower bound (cheap, ``static_lower_bound_fits``), the recompute ladder × optimizer
+offload fractions until memory fits (``first_fitting``), then the dispatcher / CUDA-graph /
+EP-overlap / CP-exchange variants of the fitting option set, timed first and memory-checked
+fastest-first (``fastest_fitting_variant``). ``plan.search`` re-exports the public names."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import fields, replace
+
+from lcmoe.estimate.memory import MemoryEstimate, StagedLayout, estimate_memory, stage_state_bytes, staged_layout
+from lcmoe.estimate.time import TimeEstimate, estimate_time
+from lcmoe.plan.candidates import OFFLOAD_FRACTIONS, dispatchers_for, recompute_ladder
+from lcmoe.plan.plans import Plan, PlanRequest
+from lcmoe.rules.legality import violations
+from lcmoe.run import RunConfig
+from lcmoe.workload import TrainingOptions
+
+_OPTION_FIELDS = tuple(f.name for f in fields(TrainingOptions))
+
+
+def options_with(options: TrainingOptions, **changes: object) -> TrainingOptions:
+    """``dataclasses.replace(options, **changes)`` without ``TrainingOptions.__post_init__``. The
+    search only swaps in values of its own enumerations (recompute rungs, offload fractions,
+    dispatchers, graph scopes, EP overlap), each of its field's type, into options validated
+    once (``base_options``), and ``violations`` judges every combination it keeps; re-checking
+    every field of every trial was a tenth of the search's time."""
+    clone = object.__new__(TrainingOptions)
+    for name in _OPTION_FIELDS:
+        object.__setattr__(clone, name, changes[name] if name in changes else getattr(options, name))
+    return clone
+
+
+def with_options(run: RunConfig, options: TrainingOptions) -> RunConfig:
+    """``run`` under other options (RunConfig has nothing to validate)."""
+    return RunConfig(run.model, run.hardware, run.layout, options)
+
+
+def memory_of(request: PlanRequest, run: RunConfig, staged: StagedLayout) -> MemoryEstimate:
+    """The memory estimate under the request's coefficients (resolved once by ``search``)."""
+    return estimate_memory(run.model, run.hardware, run.layout, run.options, request.memory_coefficients, staged=staged)
+
+
+def time_of(request: PlanRequest, run: RunConfig, staged: StagedLayout) -> TimeEstimate:
+    """The time estimate under the request's coefficients (resolved once by ``search``)."""
+    return estimate_time(run, request.time_coefficients, staged=staged)
+
+
+def is_legal(request: PlanRequest, run: RunConfig) -> bool:
+    return not violations(run, megatron_core_version=request.megatron_core_version)
+
+
+def static_lower_bound_fits(run: RunConfig, margin: float, staged: StagedLayout | None = None) -> bool:
+    """Cheap prune: weights + grads + the GPU share of the optimizer with everything offloaded
+    must already fit, or no recompute or offload can save the layout."""
+    capacity = (1 - margin) * run.hardware.hbm_bytes
+    offloaded = options_with(run.options, optimizer_offload_fraction=1.0)
+    staged = staged or staged_layout(run.model, run.layout)
+    for stage, params in zip(staged.stages, staged.params, strict=True):
+        _, state = stage_state_bytes(run.model, run.layout, stage, offloaded, run.hardware.architecture, params)
+        if state.weights + state.weight_copies + state.gradients > capacity:
+            return False
+    return True
+
+
+def variants(request: PlanRequest, run: RunConfig) -> Iterator[RunConfig]:
+    """Dispatcher × CUDA graphs × EP overlap × CP exchange (p2p ring, or a2a when the heads per
+    TP rank divide by CP — LC-CP-COMM) around a fitting option set."""
+    graph_choices: list[frozenset[str]] = [frozenset()]
+    if request.allow_cuda_graphs and run.options.recompute_granularity != "full":
+        scope = {"attn", "moe_router", "moe_preprocess"} if run.model.is_moe else {"attn"}
+        if run.options.recomputes("moe"):
+            scope -= {"moe_router", "moe_preprocess"}
+        graph_choices.append(frozenset(scope))
+    cp_types = ["p2p"]
+    if run.model.is_dsa and run.layout.cp > 1:
+        cp_types = ["all_gather"]  # the only CP DSA attention runs (L-DSA-CP)
+    elif run.layout.cp > 1 and (run.model.num_attention_heads // run.layout.tp) % run.layout.cp == 0:
+        cp_types.append("a2a")
+    overlaps = (False, True) if run.model.is_moe and run.layout.ep > 1 else (False,)
+    for cp_comm_type in cp_types:
+        layout = (
+            run.layout if cp_comm_type == run.layout.cp_comm_type else replace(run.layout, cp_comm_type=cp_comm_type)
+        )
+        for dispatcher in dispatchers_for(request):
+            for graphs in graph_choices:
+                for overlap in overlaps:
+                    options = options_with(
+                        run.options,
+                        dispatcher=dispatcher,
+                        cuda_graph_scope=graphs,
+                        overlap_moe_expert_parallel_comm=overlap,
+                    )
+                    yield RunConfig(run.model, run.hardware, layout, options)
+
+
+def fastest_fitting_variant(request: PlanRequest, fitted: Plan, staged: StagedLayout) -> Plan | None:
+    """The fastest legal variant of ``fitted`` that still fits. Time does not depend on memory, so
+    the variants are timed first and memory is estimated fastest-first until one fits (most
+    variants fit, so this is usually one memory estimate instead of one per variant). The variant
+    that is ``fitted`` itself reuses its estimates."""
+    timed: list[tuple[RunConfig, TimeEstimate]] = []
+    for variant in variants(request, fitted.run):
+        if not is_legal(request, variant):
+            continue
+        same = variant.options == fitted.run.options and variant.layout == fitted.run.layout
+        timed.append((variant, fitted.time if same else time_of(request, variant, staged)))
+    # Stable sort: among equal predictions the first enumerated variant wins, as before.
+    timed.sort(key=lambda pair: -pair[1].tokens_per_sec_per_gpu)
+    for variant, time in timed:
+        same = variant.options == fitted.run.options and variant.layout == fitted.run.layout
+        memory = fitted.memory if same else memory_of(request, variant, staged)
+        if memory.fits(request.memory_margin):
+            return Plan(variant, memory, time)
+    return None
+
+
+def _offloaded_fit(
+    request: PlanRequest, trial: RunConfig, memory: MemoryEstimate, staged: StagedLayout
+) -> tuple[RunConfig, MemoryEstimate] | None:
+    """A rung that does not fit without offload: the offload fraction solved from the optimizer
+    bytes (memory falls linearly with it), rounded up to OFFLOAD_FRACTIONS and verified, then
+    full offload; None when neither fits or offload cannot cover the excess."""
+    capacity = (1 - request.memory_margin) * trial.hardware.hbm_bytes
+    excess = max(s.peak_reserved - capacity for s in memory.stages)
+    optimizer = min(s.optimizer for s in memory.stages if s.peak_reserved > capacity)
+    if optimizer <= 0 or excess > optimizer * 1.1:
+        return None
+    fraction = next((f for f in OFFLOAD_FRACTIONS if f * optimizer * 1.05 >= excess), 1.0)
+    fractions = (fraction,) if fraction == 1.0 else (fraction, 1.0)
+    for offload in fractions:
+        offloaded = with_options(trial, options_with(trial.options, optimizer_offload_fraction=offload))
+        memory = memory_of(request, offloaded, staged)
+        if memory.fits(request.memory_margin):
+            return offloaded, memory
+    return None
+
+
+def first_fitting(request: PlanRequest, run: RunConfig, staged: StagedLayout) -> Plan | None:
+    """The cheapest (recompute, offload) pair that fits. Per rung of the recompute ladder the
+    needed offload fraction is solved (``_offloaded_fit``); the first rung that fits without
+    offload ends the climb, and among the (at most two) fitting rungs the faster one wins."""
+    found: list[tuple[RunConfig, MemoryEstimate]] = []
+    for granularity, modules in recompute_ladder(run.model):
+        options = options_with(
+            run.options,
+            recompute_granularity=granularity,
+            recompute_modules=modules,
+            optimizer_offload_fraction=0.0,
+        )
+        trial = with_options(run, options)
+        if not is_legal(request, trial):
+            continue
+        memory = memory_of(request, trial, staged)
+        if memory.fits(request.memory_margin):
+            found.append((trial, memory))
+            break
+        offloaded = _offloaded_fit(request, trial, memory, staged) if request.allow_offload else None
+        if offloaded is None:
+            continue
+        found.append(offloaded)
+        if len(found) >= 2:
+            break
+    # max keeps the first of equal predictions, as the search always has.
+    plans = [Plan(trial, memory, time_of(request, trial, staged)) for trial, memory in found]
+    return max(plans, key=lambda p: p.tokens_per_sec_per_gpu, default=None)
