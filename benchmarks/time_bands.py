@@ -57,7 +57,7 @@ SOURCES = (
     "benchmarks/fit_time.py",
     "benchmarks/perf_rows.py",
     "benchmarks/published.py",
-    "src/lcmoe/estimate/time.py",
+    "src/lcmoe/estimate/time",  # the package: every module in it
     "src/lcmoe/data/time_coefficients.yaml",
 )
 
@@ -91,7 +91,9 @@ def _inputs_hash() -> str:
     digest = hashlib.sha256()
     for rel in SOURCES:
         path = REPO / rel
-        digest.update(path.read_bytes() if path.exists() else b"")
+        files = sorted(path.glob("*.py")) if path.is_dir() else [path]
+        for file in files:
+            digest.update(file.read_bytes() if file.exists() else b"")
     for name in DATA_FILES:
         path = REFERENCE / name
         digest.update(path.read_bytes() if path.exists() else b"")

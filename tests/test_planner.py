@@ -8,6 +8,7 @@ import json
 import pytest
 
 from lcmoe.catalog import load_hardware, load_model, model_names
+from lcmoe.errors import LcmoeError
 from lcmoe.plan.search import PlanRequest, search
 from lcmoe.rules.advice import RULE_IDS as ADVICE_IDS
 from lcmoe.rules.legality import violations
@@ -22,9 +23,15 @@ LARGE = {"deepseek-v3", "kimi-k2", "qwen3-235b-a22b", "llama3.1-405b", "mixtral-
 @pytest.mark.parametrize("name", model_names())
 def test_every_returned_plan_is_legal_and_fits(name: str, gpu: str, seq: int) -> None:
     gpus = 256 if name in LARGE else 64
-    result = search(
-        PlanRequest(model=load_model(name), hardware=load_hardware(gpu), num_gpus=gpus, seq_len=seq, top_k=3)
-    )
+    model = load_model(name)
+    request = PlanRequest(model=model, hardware=load_hardware(gpu), num_gpus=gpus, seq_len=seq, top_k=3)
+    if model.cost_model_gaps:
+        # A model lcmoe counts but cannot cost (DeepSeek-V4's CSA/HCA) is refused in one sentence
+        # naming what is missing, never planned as the GQA fallback.
+        with pytest.raises(LcmoeError, match="not modelled"):
+            search(request)
+        return
+    result = search(request)
     mcore = megatron_core.available()
     for plan in [*result.plans, *([result.fallback] if result.fallback else [])]:
         assert violations(plan.run) == []
