@@ -203,11 +203,15 @@ def main(argv: list[str] | None = None) -> None:
     lang, args = split_language([a for a in raw if a != "--debug"], os.environ)
     # rich turns a console quiet for good after a broken pipe (Console.on_broken_pipe); a later
     # call in the same process (tests, a caller using main() as a library) writes to a new stream.
+    from lcmoe.cli.common import output_width
     from lcmoe.cli.common import stderr as err_console
     from lcmoe.cli.common import stdout as out_console
     from lcmoe.i18n import Language, render_hook
 
     out_console.quiet = err_console.quiet = False
+    # The width is read again at each call, not only when lcmoe.cli was first imported: a caller's
+    # COLUMNS may have changed since (a library caller, or the test suite's workers).
+    out_console._width = output_width()
     _tolerant_streams()
     consoles = (out_console, err_console) if lang is not Language.EN else ()
     for console in consoles:  # translate what the commands print; popped when the call ends
