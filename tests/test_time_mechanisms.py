@@ -53,3 +53,35 @@ def test_gdn_cp_adds_all_to_all() -> None:
     options = TrainingOptions(seq_len=16384, precision="bf16", recompute_granularity="full")
     run = RunConfig(model, gpu, build_layout(model, 16, cp=2, ep=8), options)
     assert estimate_time(run).breakdown["cp_comm"] > 0
+
+
+def test_nvfp4_experts_gain_what_dense_nvfp4_gains_over_mxfp8() -> None:
+    """GB200, the coefficients as shipped: NVFP4 expert GEMMs run at the FP8-class expert rate
+    (BF16 peak × fp8_grouped_speedup) × (10 PF · e_fp4) / (5 PF · e_mxfp8), not at the raw FP4
+    peak (4× BF16)."""
+    from dataclasses import replace
+
+    from lcmoe.catalog import load_hardware, load_model
+    from lcmoe.estimate.time import (
+        RunAmounts,
+        grouped_peak_flops_per_second,
+        shipped_time_coefficients,
+        time_amounts,
+    )
+    from lcmoe.run import RunConfig, build_layout
+    from lcmoe.workload import TrainingOptions
+
+    model, gpu = load_model("qwen3-30b-a3b"), load_hardware("gb200")
+    c = shipped_time_coefficients("blackwell")
+    layout = build_layout(model, 8, ep=8, mbs=1, gbs=64)
+
+    def amounts(precision: str) -> RunAmounts:
+        return time_amounts(RunConfig(model, gpu, layout, TrainingOptions(seq_len=4096, precision=precision)))
+
+    mxfp8 = grouped_peak_flops_per_second(amounts("mxfp8"), c)
+    nvfp4 = grouped_peak_flops_per_second(amounts("nvfp4"), c)
+    assert mxfp8 == pytest.approx(2.5e15 * c.fp8_grouped_speedup)
+    assert nvfp4 / mxfp8 == pytest.approx(10.0e15 * c.gemm_efficiency_fp4 / (5.0e15 * c.gemm_efficiency_mxfp8))
+    assert nvfp4 < 0.5 * 10.0e15
+    # A GPU without FP8 tensor cores keeps the raw peak (no FP8-class rate to start from).
+    assert grouped_peak_flops_per_second(replace(amounts("nvfp4"), fp8_peak_flops_per_second=0.0), c) == 10.0e15

@@ -113,6 +113,9 @@ class RunAmounts:
     # the weight gradient (its adapters' GEMMs are counted apart, all three passes).
     gemm_passes: int = 3
     architecture: str = "hopper"
+    # The FP8 dense peak (FLOP/s) beside the precision's own: NVFP4 expert GEMMs are rated from
+    # the FP8-class ones (compute.grouped_peak_flops_per_second). 0 where the GPU has no FP8.
+    fp8_peak_flops_per_second: float = 0.0
 
     @property
     def gemm_peak(self) -> float:
@@ -372,6 +375,7 @@ def time_amounts(run: RunConfig, staged: StagedLayout | None = None) -> RunAmoun
         gpu=hardware.name,
         gemm_peak_flops_per_second=hardware.peak(options.tensor_core_precision),
         bf16_peak_flops_per_second=hardware.peak("bf16"),
+        fp8_peak_flops_per_second=hardware.peak("fp8") if hardware.supports("fp8") else 0.0,
         tensor_core=options.tensor_core_precision,
         hbm_bytes_per_second=hardware.hbm_bandwidth,
         nvlink_bytes_per_second=hardware.nvlink_bandwidth,
