@@ -366,7 +366,8 @@ def fit_families(cases: list[PerfCase], base: TimeCoefficients | None = None) ->
         if slot.fp8_prior_case is None:
             return coefficients
         low, high = BOUNDS["fp8_grouped_speedup"]
-        gain = MEASURED_FP8_GROUPED_SPEEDUP.get(slot.family) or dense_fp8_gain(amounts(slot.fp8_prior_case), coefficients)
+        measured = MEASURED_FP8_GROUPED_SPEEDUP.get(slot.family)
+        gain = measured or dense_fp8_gain(amounts(slot.fp8_prior_case), coefficients)
         return dataclasses.replace(coefficients, fp8_grouped_speedup=min(high, max(low, gain)))
 
     def objective(vector: np.ndarray) -> np.ndarray:

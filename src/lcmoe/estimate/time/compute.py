@@ -127,7 +127,8 @@ def dense_fp8_gain(a: RunAmounts, c: TimeCoefficients) -> float:
 def nvfp4_dense_gain_over_mxfp8(a: RunAmounts, c: TimeCoefficients) -> float:
     """What NVFP4 dense GEMMs gain over MXFP8 ones at the efficiencies ``c``:
     (peak_fp4 · e_fp4) / (peak_fp8 · e_mxfp8); e.g. GB200 10 / 5 PFLOP/s at 0.36 / 0.54: 1.32."""
-    return a.gemm_peak_flops_per_second * c.gemm_efficiency_fp4 / (a.fp8_peak_flops_per_second * c.gemm_efficiency_mxfp8)
+    fp4 = a.gemm_peak_flops_per_second * c.gemm_efficiency_fp4
+    return fp4 / (a.fp8_peak_flops_per_second * c.gemm_efficiency_mxfp8)
 
 
 def grouped_peak_flops_per_second(a: RunAmounts, c: TimeCoefficients) -> float:
