@@ -279,8 +279,26 @@ PRIORS: dict[str, dict[str, float]] = {
 MEASURED_FP8_GROUPED_SPEEDUP = {"blackwell": 1.38}
 
 
+# BF16 over FP8 dense GEMM efficiency (each on its own datasheet peak), measured: the MAMF ratio
+# of the family's reference GPU (kernels-and-links.md §2a, stas00/ml-engineering
+# compute/accelerator/README.md): H100 80.3% / 70.9%, B200 77.6% / 76.3%. BF16 efficiency is
+# tied to the fitted FP8 one by it, not fitted: the free Hopper fit had landed on this ratio
+# (0.654 / 0.575 = 1.14 vs 1.13), while the free Blackwell one put BF16 below FP8 (0.49 / 0.59)
+# and moved it to 0.68 whenever DeepSeek-V3 was left out (its logits GEMM, the only BF16 GEMM of
+# an FP8-class MoE row, absorbed its misfit).
+BF16_OVER_FP8_EFFICIENCY = {"hopper": 80.3 / 70.9, "blackwell": 77.6 / 76.3}
+
+
 def _fixed(family: str) -> dict[str, float]:
     return PRIORS.get(family, {})
+
+
+def _tied(family: str, names: list[str]) -> dict[str, float]:
+    """Coefficients derived from fitted ones ({name: ratio to its source}): BF16 GEMM efficiency
+    from FP8's where the family's rows fit an FP8 efficiency."""
+    if family in BF16_OVER_FP8_EFFICIENCY and "gemm_efficiency_fp8" in names:
+        return {"gemm_efficiency_bf16": BF16_OVER_FP8_EFFICIENCY[family]}
+    return {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -325,6 +343,7 @@ def fit_families(cases: list[PerfCase], base: TimeCoefficients | None = None) ->
     slots: dict[str, _FamilySlots] = {}
     for family, rows in families.items():
         names = [n for n in wanted[family] if n not in shared and n not in _fixed(family)]
+        names = [n for n in names if n not in _tied(family, names)]
         reference = reference_container(rows)
         # The long-context card's runs are taken as the newest software (no factor of their
         # own), so their misfit stays visible and shapes the long-context terms.
@@ -363,6 +382,9 @@ def fit_families(cases: list[PerfCase], base: TimeCoefficients | None = None) ->
             },
         )
         coefficients = dataclasses.replace(coefficients, **_fixed(slot.family))
+        if _tied(slot.family, slot.names):
+            bf16 = coefficients.gemm_efficiency_fp8 * BF16_OVER_FP8_EFFICIENCY[slot.family]
+            coefficients = dataclasses.replace(coefficients, gemm_efficiency_bf16=bf16)
         if slot.fp8_prior_case is None:
             return coefficients
         low, high = BOUNDS["fp8_grouped_speedup"]
