@@ -143,6 +143,10 @@ def test_columns_80_plan_shows_the_top_plans_whole() -> None:
     for plan in json.loads(out)["plans"][:3]:
         for value in _values(plan):
             assert re.search(rf"\s{re.escape(value)}\s*$", cards, re.M), (value, cards)
+    # The sentences under the cards wrap between words too: no line wider than COLUMNS.
+    assert all(len(line) <= 80 for line in done.stdout.splitlines()), done.stdout
+    quiet = subprocess.run([*command, "-q"], capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert quiet.returncode == 0 and len(quiet.stdout.splitlines()) == 1, quiet.stdout  # -q: one line for scripts
 
 
 def test_help_is_readable_at_80_columns() -> None:
@@ -155,12 +159,81 @@ def test_help_is_readable_at_80_columns() -> None:
         result = runner.invoke(app, [*args, "--help"], env={"COLUMNS": "80"}, prog_name="lcmoe")
         assert result.exit_code == 0, result.output
         assert "…" not in result.output, args
+        # click cuts a command's summary with "..." where it is too long: every summary whole.
+        listed = result.output.split("Commands:", 1)[1] if "Commands:" in result.output else ""
+        assert not [line for line in listed.splitlines() if line.rstrip().endswith("...")], listed
         assert all(len(line) <= 80 for line in result.output.splitlines()), args
         if args:
             command = next(c for c in app.registered_commands if c.name == args[0])
             assert command.epilog and "Example:" in result.output, args
             flags = re.findall(r"--[a-z][a-z0-9-]*", result.output)
             assert "--help" in flags
+
+
+# ----- 4. edges say why ---------------------------------------------------------------------------
+def test_nothing_fits_names_the_closest_plan_with_every_saving_on() -> None:
+    """DeepSeek-V3 at 128K on 16 H100s: the search prunes every layout before estimating it (the
+    weights alone exceed the GPU); the answer still names the closest one and how far over it is."""
+    args = ("plan", "-m", "deepseek-v3", "-n", "16", "-s", "128k")
+    code, out, err = run_cli(*args, "--json")
+    assert code == 1, err
+    closest = json.loads(out)["closest"]
+    assert closest is not None and closest["recompute"]["granularity"] == "full"
+    assert closest["optimizer_offload_fraction"] == 1.0 or closest["precision"]
+    assert closest["memory"]["peak_reserved_bytes"] > closest["memory"]["capacity_bytes"]
+    code, out, err = run_cli(*args)
+    assert code == 1 and "smallest count that fits is" in out and re.search(r"closest: TP\d.*GiB over", out), out
+
+
+def test_closest_text_gives_each_stage_over_or_fitting() -> None:
+    from lcmoe.cli.plan_cmd import closest_text
+
+    gib = 1024**3
+    layout = {k: 1 for k in ("tp", "cp", "ep", "etp", "vpp", "dp", "mbs")} | {"pp": 2, "gbs": 8}
+    closest = {
+        "layout": layout,
+        "recompute": {"granularity": "full", "modules": []},
+        "precision": "bf16",
+        "optimizer_offload_fraction": 1.0,
+        "memory": {
+            "peak_reserved_bytes": 90 * gib,
+            "capacity_bytes": 80 * gib,
+            "stages": [{"stage": 0, "peak_reserved_bytes": 90 * gib}, {"stage": 1, "peak_reserved_bytes": 70 * gib}],
+        },
+    }
+    text = closest_text(closest)
+    assert "10.0 GiB over" in text and "stage 0 90.0 GiB (10.0 over)" in text and "stage 1 70.0 GiB (fits)" in text
+    assert "-" not in text.split("over;", 1)[1].split(";")[0]  # never a negative "over"
+
+
+# ----- 8. no internal jargon in what people read ----------------------------------------------------
+JARGON = re.compile(r"§|\bskill\b|verification card|\bfacts\b|\b[\w/-]+\.(?:py|md|yaml):\d+", re.I)
+
+
+def test_user_output_names_no_internal_sources(tmp_path: Path) -> None:
+    """Rule sources (file:line), reference-note sections and internal names stay in --json and the
+    code, never in the sentences a person reads (checked on a rule violation, a DSA model's note
+    and the zh catalog)."""
+    config = tmp_path / "args.txt"
+    config.write_text(
+        "--expert-model-parallel-size 8 --seq-length 4096 --global-batch-size 64 --micro-batch-size 1 "
+        "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1 "
+        "--overlap-moe-expert-parallel-comm",
+        encoding="utf-8",
+    )
+    outputs = [
+        run_cli("check", str(config), *QWEN),
+        run_cli("estimate", *QWEN, "--ep", "8", "--recompute", "full", "--ep-overlap"),
+        run_cli("plan", "-m", "glm-5.2", "-n", "64", "-s", "32k", "--top", "1"),
+    ]
+    assert "L-EP-OVERLAP" in outputs[0][1] and "L-EP-OVERLAP" in outputs[1][2]
+    for _code, out, err in outputs:
+        assert not JARGON.search(out + err), JARGON.search(out + err)
+    import yaml
+
+    catalog = yaml.safe_load((REPO / "src" / "lcmoe" / "data" / "messages_zh.yaml").read_text(encoding="utf-8"))
+    for english, chinese in catalog.items():
+        assert not JARGON.search(english + chinese), (english, chinese)
 
 
 # ----- 2. every setting shown; estimate --from-plan reproduces the plan -------------------------

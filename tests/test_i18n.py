@@ -120,6 +120,18 @@ def test_a_line_too_long_is_left_in_english() -> None:
     assert translate(line, Language.ZH) == line
 
 
+def test_every_fixed_legality_message_has_its_chinese() -> None:
+    """The rule messages `check` and `estimate` print: each literal one (a message with numbers
+    is a template, checked through the commands) reads in Chinese under --lang zh."""
+    import lcmoe.rules.legality as legality
+
+    source = Path(legality.__file__).read_text(encoding="utf-8")
+    messages = re.findall(r'^\s+return "([^"{}]+)"$', source, re.M)
+    assert "EP overlap forbids full recompute and moe recompute" in messages
+    missing = [m for m in messages if not has_cjk(translate(m, Language.ZH))]
+    assert not missing, missing
+
+
 def test_untranslated_sentences_fall_back_to_english() -> None:
     line = "a sentence lcmoe never prints, with no template"
     assert translate(line, Language.ZH) == line and untranslated(line) == [line]

@@ -54,7 +54,9 @@ class _Console(Console):
             return super().render_str(text, **{**kwargs, "markup": False})
 
 
-stdout = _Console(soft_wrap=True, width=output_width())
+# Sentences wrap between words at the width (a line the terminal breaks would cut a word, and a
+# COLUMNS=80 pipe would get 300-column lines); a --quiet line for scripts passes soft_wrap=True.
+stdout = _Console(soft_wrap=False, width=output_width())
 stderr = _Console(stderr=True, soft_wrap=True)
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2

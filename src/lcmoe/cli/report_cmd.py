@@ -79,7 +79,7 @@ def report(
         print_json(plan_payload(request, result))
     elif quiet:
         for path in written:
-            stdout.print(str(path), highlight=False)
+            stdout.print(str(path), highlight=False, soft_wrap=True)
     else:
         stdout.print(f"wrote {written[0]} (self-contained), {written[1]} and {written[2]}/", highlight=False)
     if not result.plans:

@@ -39,11 +39,12 @@ def at_risk_note(payload: dict[str, Any]) -> str:
     )
 
 
-# What the step time of a DSA model rests on (README "Step time"; benchmarks/throughput_accuracy.py).
+# What the step time of a DSA model rests on (docs/how-numbers-are-made.md; benchmarks/throughput_accuracy.py).
+# No figure here: the measured ratio lives with the benchmark, not in a literal (issue #33 item 5).
 DSA_TIME_NOTE = (
     "DSA step times are not calibrated on measured sparse-attention kernels: lcmoe predicts the two "
-    "GLM-5.2 H100 runs of Bridge's verification card (untuned, deterministic) 1.6-2.1x faster than "
-    "logged; rank the plans, do not trust their absolute throughput"
+    "published GLM-5.2 H100 runs (untuned, deterministic) faster than they logged; rank the plans, do "
+    "not trust their absolute throughput"
 )
 
 
