@@ -414,9 +414,9 @@ def test_json_documents_carry_schema_version_and_match_the_shipped_schema(
         "estimate": (json.loads(run_cli("estimate", "--from-plan", str(path), "--json")[1]), "estimate.schema.json"),
         "check": (json.loads(run_cli("check", str(legal), *QWEN, "--json")[1]), "check.schema.json"),
         "check (illegal)": (json.loads(run_cli("check", str(illegal), *QWEN, "--json")[1]), "check.schema.json"),
-        "models": (json.loads(run_cli("models", "--json")[1]), "document.schema.json"),
-        "hardware": (json.loads(run_cli("hardware", "--json")[1]), "document.schema.json"),
-        "flops": (json.loads(run_cli("flops", "-m", "qwen3-30b-a3b", "--json")[1]), "document.schema.json"),
+        "models": (json.loads(run_cli("models", "--json")[1]), "models.schema.json"),
+        "hardware": (json.loads(run_cli("hardware", "--json")[1]), "hardware.schema.json"),
+        "flops": (json.loads(run_cli("flops", "-m", "qwen3-30b-a3b", "--json")[1]), "flops.schema.json"),
     }
     assert "memory" in documents["check"][0] and documents["check (illegal)"][0]["errors"]
     for name, (document, schema_file) in documents.items():
