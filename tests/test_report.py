@@ -209,3 +209,20 @@ def test_plans_heading_follows_the_rank_record(rank: dict[str, object] | None, k
     """The heading names what the plan JSON says the plans were ranked by (without bands the low
     edge is the prediction, so "fastest first" is true)."""
     assert plans_heading({"rank": rank}) == say(key)
+
+
+def test_report_shows_every_setting_of_each_plan(report: tuple[Path, dict[str, object]]) -> None:
+    """Besides the plans table, the report lists the settings it leaves out (optimizer, EP overlap,
+    CP exchange, sequence parallel, pipeline layout, recompute spelled whole), as the CLI does."""
+    from lcmoe.plan.format import settings_table_rows
+    from lcmoe.report.render import SETTINGS_TABLE_COLUMNS, _md_table
+
+    path, payload = report
+    rows = settings_table_rows(payload)
+    assert len(rows) >= 3 and all(len(row) == 7 for row in rows)
+    markdown = path.with_suffix(".md").read_text(encoding="utf-8")
+    page = path.read_text(encoding="utf-8")
+    assert "the rest of each plan&#x27;s settings" in page or "the rest of each plan's settings" in page
+    for row in rows:
+        assert _md_table(SETTINGS_TABLE_COLUMNS, [row]).splitlines()[-1] in markdown, row  # as the twin escapes it
+        assert html.escape(row[2]).replace(",", ",<wbr>") in page  # the optimizer cell, breakable after ","
