@@ -185,6 +185,40 @@ def test_nothing_fits_names_the_closest_plan_with_every_saving_on() -> None:
     assert code == 1 and "smallest count that fits is" in out and re.search(r"closest: TP\d.*GiB over", out), out
 
 
+def test_a_count_with_a_large_odd_factor_also_names_the_nearest_smaller_count_that_fits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """250 = 2 · 125 fits nothing: below it, the counts with small factors are tried largest first
+    (248 = 8 · 31 and 240 = 16 · 15 are skipped; 224 = 32 · 7 is the first), at most two searches."""
+    from dataclasses import dataclass, field
+
+    import lcmoe.plan.search as search_module
+    from lcmoe.cli import request as rq
+
+    @dataclass
+    class Found:
+        plans: list[object] = field(default_factory=list)
+
+    tried: list[int] = []
+
+    def fake_search(request: Any, progress: object = None) -> Found:
+        tried.append(request.num_gpus)
+        return Found(plans=[object()] if request.num_gpus == 192 else [])
+
+    monkeypatch.setattr(search_module, "search", fake_search)
+    request = rq.plan_request(rq.PlanOptions(model="qwen3-30b-a3b", gpu="h100", gpus=250, seq_len="32k"))
+    assert rq.fewer_gpus_that_fit(request) == 192 and tried == [224, 192]
+    assert rq.fewer_gpus_that_fit(request, tries=1) is None
+    tried.clear()
+    assert (
+        rq.fewer_gpus_that_fit(
+            rq.plan_request(rq.PlanOptions(model="qwen3-30b-a3b", gpu="h100", gpus=96, seq_len="4k"))
+        )
+        is None
+    )
+    assert tried == []  # 96 = 32 · 3: small factors already, nothing to suggest
+
+
 def test_closest_text_gives_each_stage_over_or_fitting() -> None:
     from lcmoe.cli.plan_cmd import closest_text
 

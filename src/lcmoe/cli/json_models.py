@@ -142,6 +142,7 @@ class PlanDocument(_Open):
     fit: int
     closest: Plan | None = None
     min_gpus_needed: int | None = None
+    fewer_gpus_that_fit: int | None = None
 
 
 class EstimateInputs(_Open):

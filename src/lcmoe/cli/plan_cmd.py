@@ -79,6 +79,10 @@ def plan(
     request = rq.plan_request(rq.PlanOptions.from_params(ctx.params))
     result = rq.search_or_min_gpus(request, quiet or json_output)
     payload = plan_payload(request, result)
+    if not result.plans:
+        fewer = rq.fewer_gpus_that_fit(request)
+        if fewer:
+            payload["fewer_gpus_that_fit"] = fewer
     if emit is not None and result.plans:
         quiet_emit = quiet or json_output
         emit_plan(emit, payload, result, steps=steps, confirmed=yes, force=force, launch=launch, quiet=quiet_emit)
@@ -149,9 +153,7 @@ def _print_quiet(payload: dict[str, Any]) -> None:
         )
 
 
-def odd_factor(num_gpus: int) -> int:
-    """``num_gpus`` without its factors of two (250 → 125)."""
-    return num_gpus // (num_gpus & -num_gpus)
+odd_factor = rq.odd_part
 
 
 def closest_text(closest: dict[str, Any]) -> str:
@@ -191,11 +193,17 @@ def render_plans(payload: dict[str, Any]) -> None:
             + (f"; the smallest count that fits is {need} GPUs" if need else "; none fits on up to 16× the GPUs")
         )
         odd = odd_factor(int(inputs["num_gpus"]))
-        if odd > 8:
+        if odd > rq.SMALL_ODD_PART:
             stdout.print(
                 f"{inputs['num_gpus']} = {int(inputs['num_gpus']) // odd} × {odd}: TP, CP, EP and PP must divide the "
                 f"GPU count, so the factor {odd} can only go to data parallelism; a count with small factors "
                 "(a power of two, or a multiple of the node size) leaves the layout more room"
+            )
+        fewer = payload.get("fewer_gpus_that_fit")
+        if fewer:
+            stdout.print(
+                f"fewer GPUs fit as well: {fewer} = {fewer // odd_factor(fewer)} × {odd_factor(fewer)} (the largest "
+                f"count below {inputs['num_gpus']} with small factors that fits)"
             )
         closest = payload.get("closest")
         if closest:

@@ -191,6 +191,32 @@ def search_or_min_gpus(request: PlanRequest, quiet: bool) -> SearchResult:
     return result
 
 
+# A GPU count whose odd part is at most this leaves TP, CP, EP and PP room (8 = 2^3 · 1 ... 7).
+SMALL_ODD_PART = 7
+
+
+def odd_part(num_gpus: int) -> int:
+    """``num_gpus`` without its factors of two (250 → 125)."""
+    return num_gpus // (num_gpus & -num_gpus)
+
+
+def fewer_gpus_that_fit(request: PlanRequest, tries: int = 2) -> int | None:
+    """For a GPU count with a large odd factor (250 = 2 · 125) that fits nothing: the largest
+    count below it with small factors (odd part ≤ SMALL_ODD_PART; 224 = 32 · 7) on which a plan
+    fits, trying at most ``tries`` counts and none below half the request. None otherwise."""
+    from dataclasses import replace
+
+    from lcmoe.plan.search import search
+
+    if odd_part(request.num_gpus) <= SMALL_ODD_PART:
+        return None
+    counts = [n for n in range(request.num_gpus - 1, request.num_gpus // 2, -1) if odd_part(n) <= SMALL_ODD_PART]
+    for gpus in counts[:tries]:
+        if search(replace(request, num_gpus=gpus, top_k=1)).plans:
+            return gpus
+    return None
+
+
 def _over(plan: Any) -> float:
     return float(plan.memory.peak_reserved_bytes - plan.memory.capacity_bytes)
 
