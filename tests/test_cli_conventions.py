@@ -149,6 +149,22 @@ def test_columns_80_plan_shows_the_top_plans_whole() -> None:
     assert quiet.returncode == 0 and len(quiet.stdout.splitlines()) == 1, quiet.stdout  # -q: one line for scripts
 
 
+def test_an_indented_line_wraps_under_its_indent() -> None:
+    """A reason or a ladder rung ("  [LC-X] …") wraps with a hanging indent, without trailing
+    padding; a --quiet line (soft_wrap) stays one line."""
+    from lcmoe.cli.common import _Console
+
+    buffer = io.StringIO()
+    console = _Console(file=buffer, width=40, soft_wrap=False, color_system=None)
+    console.print("  [LC-CP-START] " + "the guidance starts CP at this length " * 3, highlight=False)
+    console.print("x " * 30, soft_wrap=True)
+    lines = buffer.getvalue().splitlines()
+    wrapped, quiet = lines[:-1], lines[-1]
+    assert len(wrapped) >= 3 and all(line.startswith("  ") and len(line) <= 40 for line in wrapped), lines
+    assert wrapped[0].startswith("  [LC-CP-START] the") and not any(line.endswith("  ") for line in wrapped)
+    assert quiet == ("x " * 30).rstrip() or quiet == "x " * 30
+
+
 def test_help_is_readable_at_80_columns() -> None:
     from lcmoe.cli import app
 

@@ -299,6 +299,26 @@ def cjk_text(text: Any) -> Any:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Hanging:
+    """A rich renderable: ``renderable`` wrapped ``indent`` columns in, every line (the first and
+    its continuations) indented, and no trailing padding (rich's Padding pads each line to the
+    width). The CLI prints an indented line of text through it; translate_renderable translates
+    what it holds before it is wrapped."""
+
+    renderable: Any
+    indent: int
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.segment import Segment
+
+        inner = options.update_width(max(1, options.max_width - self.indent))
+        for line in console.render_lines(self.renderable, inner, pad=False):
+            yield Segment(" " * self.indent)
+            yield from line
+            yield Segment.line()
+
+
 def translate_renderable(renderable: Any, lang: Language) -> Any:
     """A rich renderable with its words translated: a str or Text line by line (a translated line
     keeps the style of its first character), a Table's title, caption, headers and text cells,
@@ -315,6 +335,8 @@ def translate_renderable(renderable: Any, lang: Language) -> Any:
         if not has_cjk(plain) or (isinstance(done, str) and "[" in done):  # markup rich still reads
             return done
         return cjk_text(done)
+    if isinstance(renderable, Hanging):
+        return Hanging(translate_renderable(renderable.renderable, lang), renderable.indent)
     if isinstance(renderable, Padding):
         padded = Padding(
             translate_renderable(renderable.renderable, lang),

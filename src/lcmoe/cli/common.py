@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from lcmoe.errors import LcmoeError
+from lcmoe.i18n import Hanging
 from lcmoe.specs.hardware import HardwareSpec
 from lcmoe.specs.model import ModelSpec
 
@@ -45,6 +46,24 @@ class _Console(Console):
     model name) that reached a markup string unescaped is printed as plain text instead of
     raising MarkupError (issue #31: no input ends in a traceback), wherever rich renders it.
     Call sites escape user text with ``rich.markup.escape``; this is the safety net."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        """As rich prints, except that one indented line of text ("  [LC-CP] …", "    fits …")
+        wraps under its own indent (a hanging indent) instead of at the left edge."""
+        soft_wrap = kwargs.get("soft_wrap")
+        if (
+            len(objects) == 1
+            and isinstance(objects[0], str)
+            and not (self.soft_wrap if soft_wrap is None else soft_wrap)
+        ):
+            text = objects[0]
+            body = text.lstrip(" ")
+            indent = len(text) - len(body)
+            if indent and body and "\n" not in text:
+                keys = ("markup", "highlight", "emoji")
+                rendered = self.render_str(body, **{k: kwargs[k] for k in keys if k in kwargs})
+                objects = (Hanging(rendered, indent),)
+        super().print(*objects, **kwargs)
 
     def render_str(self, text: str, **kwargs: Any) -> Text:
         # Every string rich renders (print arguments, table titles and cells) passes here.
