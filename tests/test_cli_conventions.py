@@ -123,9 +123,11 @@ def test_columns_is_respected_when_piped() -> None:
     from lcmoe.cli.common import PIPED_WIDTH, output_width
 
     assert output_width({"COLUMNS": "80"}, is_tty=False) == 80
-    assert output_width({}, is_tty=False) == PIPED_WIDTH
-    assert output_width({"COLUMNS": "wide"}, is_tty=False) == PIPED_WIDTH
-    assert output_width({"COLUMNS": "9" * 5000}, is_tty=False) == PIPED_WIDTH
+    assert output_width({"COLUMNS": "80"}, is_tty=False, terminal_columns=120) == 80
+    assert output_width({}, is_tty=False, terminal_columns=None) == PIPED_WIDTH  # a file, a CI log
+    assert output_width({"COLUMNS": "wide"}, is_tty=False, terminal_columns=None) == PIPED_WIDTH
+    assert output_width({"COLUMNS": "9" * 5000}, is_tty=False, terminal_columns=None) == PIPED_WIDTH
+    assert output_width({}, is_tty=False, terminal_columns=80) == 80  # `lcmoe plan | less` on 80 columns
     assert output_width({}, is_tty=True) is None
 
 

@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 import typer
 from rich.console import Console
@@ -24,21 +24,40 @@ from lcmoe.i18n import Hanging
 from lcmoe.specs.hardware import HardwareSpec
 from lcmoe.specs.model import ModelSpec
 
-# Off a terminal (pipes, CI logs) rich would assume 80 columns and wrap every table: 200 unless
-# COLUMNS says otherwise (``COLUMNS=80 lcmoe plan … | less`` gets the narrow layout).
+# Off a terminal (a file, CI logs) rich would assume 80 columns and wrap every table: 200 unless
+# COLUMNS says otherwise (``COLUMNS=80 lcmoe plan … > plan.txt`` gets the narrow layout). Piped
+# into a pager or ``head`` on a terminal (stderr still on it), the terminal's own width.
 PIPED_WIDTH = 200
 SCHEMA_VERSION = "2"
 
 
-def output_width(environ: Mapping[str, str] | None = None, *, is_tty: bool | None = None) -> int | None:
+def _stderr_terminal_columns() -> int | None:
+    """The width of the terminal stderr is on, or None when it is not on one."""
+    try:
+        return os.get_terminal_size(2).columns if sys.stderr is not None and sys.stderr.isatty() else None
+    except (OSError, ValueError):
+        return None
+
+
+def output_width(
+    environ: Mapping[str, str] | None = None,
+    *,
+    is_tty: bool | None = None,
+    terminal_columns: int | Literal["ask"] | None = "ask",
+) -> int | None:
     """The width of stdout's console: COLUMNS when set to a positive whole number; otherwise the
-    terminal's own (None: rich asks it) or PIPED_WIDTH off a terminal."""
+    terminal's own (None: rich asks it); off a terminal, the width of the terminal stderr is on
+    (``lcmoe plan | less``; ``terminal_columns``, "ask": find out), else PIPED_WIDTH."""
     columns = (os.environ if environ is None else environ).get("COLUMNS", "").strip()
     if columns.isdigit() and len(columns) <= 5 and int(columns) > 0:
         return int(columns)
     if is_tty is None:
         is_tty = sys.stdout is not None and sys.stdout.isatty()
-    return None if is_tty else PIPED_WIDTH
+    if is_tty:
+        return None
+    if terminal_columns == "ask":
+        terminal_columns = _stderr_terminal_columns()
+    return terminal_columns if terminal_columns and terminal_columns > 0 else PIPED_WIDTH
 
 
 class _Console(Console):
