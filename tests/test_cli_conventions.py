@@ -123,9 +123,11 @@ def test_columns_is_respected_when_piped() -> None:
     from lcmoe.cli.common import PIPED_WIDTH, output_width
 
     assert output_width({"COLUMNS": "80"}, is_tty=False) == 80
-    assert output_width({}, is_tty=False) == PIPED_WIDTH
-    assert output_width({"COLUMNS": "wide"}, is_tty=False) == PIPED_WIDTH
-    assert output_width({"COLUMNS": "9" * 5000}, is_tty=False) == PIPED_WIDTH
+    assert output_width({"COLUMNS": "80"}, is_tty=False, terminal_columns=120) == 80
+    assert output_width({}, is_tty=False, terminal_columns=None) == PIPED_WIDTH  # a file, a CI log
+    assert output_width({"COLUMNS": "wide"}, is_tty=False, terminal_columns=None) == PIPED_WIDTH
+    assert output_width({"COLUMNS": "9" * 5000}, is_tty=False, terminal_columns=None) == PIPED_WIDTH
+    assert output_width({}, is_tty=False, terminal_columns=80) == 80  # `lcmoe plan | less` on 80 columns
     assert output_width({}, is_tty=True) is None
 
 
@@ -143,6 +145,26 @@ def test_columns_80_plan_shows_the_top_plans_whole() -> None:
     for plan in json.loads(out)["plans"][:3]:
         for value in _values(plan):
             assert re.search(rf"\s{re.escape(value)}\s*$", cards, re.M), (value, cards)
+    # The sentences under the cards wrap between words too: no line wider than COLUMNS.
+    assert all(len(line) <= 80 for line in done.stdout.splitlines()), done.stdout
+    quiet = subprocess.run([*command, "-q"], capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert quiet.returncode == 0 and len(quiet.stdout.splitlines()) == 1, quiet.stdout  # -q: one line for scripts
+
+
+def test_an_indented_line_wraps_under_its_indent() -> None:
+    """A reason or a ladder rung ("  [LC-X] …") wraps with a hanging indent, without trailing
+    padding; a --quiet line (soft_wrap) stays one line."""
+    from lcmoe.cli.common import _Console
+
+    buffer = io.StringIO()
+    console = _Console(file=buffer, width=40, soft_wrap=False, color_system=None)
+    console.print("  [LC-CP-START] " + "the guidance starts CP at this length " * 3, highlight=False)
+    console.print("x " * 30, soft_wrap=True)
+    lines = buffer.getvalue().splitlines()
+    wrapped, quiet = lines[:-1], lines[-1]
+    assert len(wrapped) >= 3 and all(line.startswith("  ") and len(line) <= 40 for line in wrapped), lines
+    assert wrapped[0].startswith("  [LC-CP-START] the") and not any(line.endswith("  ") for line in wrapped)
+    assert quiet == ("x " * 30).rstrip() or quiet == "x " * 30
 
 
 def test_help_is_readable_at_80_columns() -> None:
@@ -155,12 +177,115 @@ def test_help_is_readable_at_80_columns() -> None:
         result = runner.invoke(app, [*args, "--help"], env={"COLUMNS": "80"}, prog_name="lcmoe")
         assert result.exit_code == 0, result.output
         assert "…" not in result.output, args
+        # click cuts a command's summary with "..." where it is too long: every summary whole.
+        listed = result.output.split("Commands:", 1)[1] if "Commands:" in result.output else ""
+        assert not [line for line in listed.splitlines() if line.rstrip().endswith("...")], listed
         assert all(len(line) <= 80 for line in result.output.splitlines()), args
         if args:
             command = next(c for c in app.registered_commands if c.name == args[0])
             assert command.epilog and "Example:" in result.output, args
             flags = re.findall(r"--[a-z][a-z0-9-]*", result.output)
             assert "--help" in flags
+
+
+# ----- 4. edges say why ---------------------------------------------------------------------------
+def test_nothing_fits_names_the_closest_plan_with_every_saving_on() -> None:
+    """DeepSeek-V3 at 128K on 16 H100s: the search prunes every layout before estimating it (the
+    weights alone exceed the GPU); the answer still names the closest one and how far over it is."""
+    args = ("plan", "-m", "deepseek-v3", "-n", "16", "-s", "128k")
+    code, out, err = run_cli(*args, "--json")
+    assert code == 1, err
+    closest = json.loads(out)["closest"]
+    assert closest is not None and closest["recompute"]["granularity"] == "full"
+    assert closest["optimizer_offload_fraction"] == 1.0 or closest["precision"]
+    assert closest["memory"]["peak_reserved_bytes"] > closest["memory"]["capacity_bytes"]
+    code, out, err = run_cli(*args)
+    assert code == 1 and "smallest count that fits is" in out and re.search(r"closest: TP\d.*GiB over", out), out
+
+
+def test_a_count_with_a_large_odd_factor_also_names_the_nearest_smaller_count_that_fits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """250 = 2 · 125 fits nothing: below it, the counts with small factors are tried largest first
+    (248 = 8 · 31 and 240 = 16 · 15 are skipped; 224 = 32 · 7 is the first), at most two searches."""
+    from dataclasses import dataclass, field
+
+    import lcmoe.plan.search as search_module
+    from lcmoe.cli import request as rq
+
+    @dataclass
+    class Found:
+        plans: list[object] = field(default_factory=list)
+
+    tried: list[int] = []
+
+    def fake_search(request: Any, progress: object = None) -> Found:
+        tried.append(request.num_gpus)
+        return Found(plans=[object()] if request.num_gpus == 192 else [])
+
+    monkeypatch.setattr(search_module, "search", fake_search)
+    request = rq.plan_request(rq.PlanOptions(model="qwen3-30b-a3b", gpu="h100", gpus=250, seq_len="32k"))
+    assert rq.fewer_gpus_that_fit(request) == 192 and tried == [224, 192]
+    assert rq.fewer_gpus_that_fit(request, tries=1) is None
+    tried.clear()
+    assert (
+        rq.fewer_gpus_that_fit(
+            rq.plan_request(rq.PlanOptions(model="qwen3-30b-a3b", gpu="h100", gpus=96, seq_len="4k"))
+        )
+        is None
+    )
+    assert tried == []  # 96 = 32 · 3: small factors already, nothing to suggest
+
+
+def test_closest_text_gives_each_stage_over_or_fitting() -> None:
+    from lcmoe.cli.plan_cmd import closest_text
+
+    gib = 1024**3
+    layout = {k: 1 for k in ("tp", "cp", "ep", "etp", "vpp", "dp", "mbs")} | {"pp": 2, "gbs": 8}
+    closest = {
+        "layout": layout,
+        "recompute": {"granularity": "full", "modules": []},
+        "precision": "bf16",
+        "optimizer_offload_fraction": 1.0,
+        "memory": {
+            "peak_reserved_bytes": 90 * gib,
+            "capacity_bytes": 80 * gib,
+            "stages": [{"stage": 0, "peak_reserved_bytes": 90 * gib}, {"stage": 1, "peak_reserved_bytes": 70 * gib}],
+        },
+    }
+    text = closest_text(closest)
+    assert "10.0 GiB over" in text and "stage 0 90.0 GiB (10.0 over)" in text and "stage 1 70.0 GiB (fits)" in text
+    assert "-" not in text.split("over;", 1)[1].split(";")[0]  # never a negative "over"
+
+
+# ----- 8. no internal jargon in what people read ----------------------------------------------------
+JARGON = re.compile(r"§|\bskill\b|verification card|\bfacts\b|\b[\w/-]+\.(?:py|md|yaml):\d+", re.I)
+
+
+def test_user_output_names_no_internal_sources(tmp_path: Path) -> None:
+    """Rule sources (file:line), reference-note sections and internal names stay in --json and the
+    code, never in the sentences a person reads (checked on a rule violation, a DSA model's note
+    and the zh catalog)."""
+    config = tmp_path / "args.txt"
+    config.write_text(
+        "--expert-model-parallel-size 8 --seq-length 4096 --global-batch-size 64 --micro-batch-size 1 "
+        "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1 "
+        "--overlap-moe-expert-parallel-comm",
+        encoding="utf-8",
+    )
+    outputs = [
+        run_cli("check", str(config), *QWEN),
+        run_cli("estimate", *QWEN, "--ep", "8", "--recompute", "full", "--ep-overlap"),
+        run_cli("plan", "-m", "glm-5.2", "-n", "64", "-s", "32k", "--top", "1"),
+    ]
+    assert "L-EP-OVERLAP" in outputs[0][1] and "L-EP-OVERLAP" in outputs[1][2]
+    for _code, out, err in outputs:
+        assert not JARGON.search(out + err), JARGON.search(out + err)
+    import yaml
+
+    catalog = yaml.safe_load((REPO / "src" / "lcmoe" / "data" / "messages_zh.yaml").read_text(encoding="utf-8"))
+    for english, chinese in catalog.items():
+        assert not JARGON.search(english + chinese), (english, chinese)
 
 
 # ----- 2. every setting shown; estimate --from-plan reproduces the plan -------------------------
@@ -341,9 +466,9 @@ def test_json_documents_carry_schema_version_and_match_the_shipped_schema(
         "estimate": (json.loads(run_cli("estimate", "--from-plan", str(path), "--json")[1]), "estimate.schema.json"),
         "check": (json.loads(run_cli("check", str(legal), *QWEN, "--json")[1]), "check.schema.json"),
         "check (illegal)": (json.loads(run_cli("check", str(illegal), *QWEN, "--json")[1]), "check.schema.json"),
-        "models": (json.loads(run_cli("models", "--json")[1]), "document.schema.json"),
-        "hardware": (json.loads(run_cli("hardware", "--json")[1]), "document.schema.json"),
-        "flops": (json.loads(run_cli("flops", "-m", "qwen3-30b-a3b", "--json")[1]), "document.schema.json"),
+        "models": (json.loads(run_cli("models", "--json")[1]), "models.schema.json"),
+        "hardware": (json.loads(run_cli("hardware", "--json")[1]), "hardware.schema.json"),
+        "flops": (json.loads(run_cli("flops", "-m", "qwen3-30b-a3b", "--json")[1]), "flops.schema.json"),
     }
     assert "memory" in documents["check"][0] and documents["check (illegal)"][0]["errors"]
     for name, (document, schema_file) in documents.items():

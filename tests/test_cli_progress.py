@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from lcmoe.cli.progress import progress
@@ -58,3 +60,20 @@ def test_unknown_total_pulses_with_the_elapsed_time() -> None:
     with progress(None, "report", console=Console(file=tty, force_terminal=True, width=80)):
         pass
     assert "report" in tty.getvalue() and "0:00:0" in tty.getvalue()
+
+
+def test_report_bar_counts_the_sweep_lengths(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`lcmoe report` on a terminal: one step of its bar per sequence length it searches."""
+    import lcmoe.cli.common as common
+    from lcmoe.cli import request as rq
+    from lcmoe.cli.report_cmd import write_report
+
+    tty = _FakeTty()
+    monkeypatch.setattr(common, "stderr", Console(file=tty, force_terminal=True, width=80))
+    options = rq.PlanOptions.from_params(
+        {"model": "qwen3-30b-a3b", "gpu": "h100", "gpus": 8, "seq_len": "4k", "top": 1}, top=1
+    )
+    request = rq.plan_request(options)
+    result = rq.search_with_progress(request, quiet=True)
+    write_report(request, result, tmp_path / "report.html", "4k,8k", None, show_progress=True)
+    assert "report: sweep" in tty.getvalue() and "2/2" in tty.getvalue()

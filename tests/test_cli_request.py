@@ -31,6 +31,7 @@ PLAN = ("plan", "-m", "qwen3-30b-a3b", "-n", "8", "-s", "4k", "--top", "1")
         ("12k..96k", [12288, 16384, 32768, 65536, 98304]),  # ends kept, powers of two inside
         ("32k,16k..64k", [32768, 16384, 65536]),  # repeats dropped, order kept
         ("8k..8k", [8192]),
+        ("16k-256k", [16384, 32768, 65536, 131072, 262144]),  # a hyphen: lengths are never negative
     ],
 )
 def test_sequence_length_lists_and_ranges(text: str, lengths: list[int]) -> None:
@@ -115,6 +116,31 @@ def test_sweep_table_and_quiet_show_the_at_risk_mark(sweep_json: dict[str, Any])
     quiet, table = captured.get().split("\n", 2)[:2], captured.get()
     assert quiet[0].endswith("! may OOM") and "!" not in quiet[1]
     assert "may OOM" in table.splitlines()[-1]  # the at-risk footnote under the table
+
+
+def test_narrow_sweep_gets_a_card_per_length_with_every_value_whole(sweep_json: dict[str, Any]) -> None:
+    import io
+
+    from rich.console import Console
+
+    import lcmoe.cli.sweep_cmd as sweep_cmd
+
+    rows = _at_risk(sweep_json["sweep"])
+    for width, cards in ((80, True), (200, False)):
+        buffer = io.StringIO()
+        narrow = Console(file=buffer, width=width, color_system=None)
+        original, sweep_cmd.stdout = sweep_cmd.stdout, narrow
+        try:
+            sweep_cmd._print_table(rows, "best plan per sequence length")
+        finally:
+            sweep_cmd.stdout = original
+        out = buffer.getvalue()
+        assert "…" not in out and all(len(line) <= width for line in out.splitlines()), out
+        assert ("┏" not in out) is cards and (f"seq {rows[0]['seq_len']}" in out) is cards, out
+        for row in rows:
+            for value in sweep_cmd._cells(row["plan"]):
+                assert value in out, (value, out)
+    assert " !" in sweep_cmd._cells(rows[0]["plan"])[4]  # the at-risk mark on its card
 
 
 def test_plan_quiet_shows_the_at_risk_mark(sweep_json: dict[str, Any]) -> None:

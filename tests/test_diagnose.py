@@ -30,7 +30,7 @@ from lcmoe.errors import LcmoeError
 from lcmoe.estimate.report import estimate_run
 from lcmoe.estimate.time import estimate_time
 from tests import log_fixtures as lf
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 from tests.helpers import make_run
 
 GIB = 1024.0**3
@@ -227,6 +227,9 @@ def test_oom_cli_json_on_a_megatron_lm_config(tmp_path: Path) -> None:
     doc = json.loads(out)
     assert doc["oom"]["recommended"]["change"].startswith("selective recompute")
     assert doc["log"]["ooms"][0]["rank"] == 3
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((REPO / "docs" / "schema" / "diagnose.schema.json").read_text(encoding="utf-8"))
+    jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)  # the oom part's shape too
 
 
 def _dsv3_128k_plan_one():  # type: ignore[no-untyped-def]

@@ -118,7 +118,7 @@ def test_the_accuracy_figures_are_explained_in_the_docs() -> None:
 
 def test_readmes_fit_on_two_screens() -> None:
     for path in (README, README_ZH):
-        assert len(_read(path).splitlines()) <= 120, path.name
+        assert len(_read(path).splitlines()) <= 113, path.name  # two screens; details live in docs/
 
 
 def test_extraction_reads_both_languages() -> None:

@@ -313,7 +313,9 @@ def test_check_reports_the_dispatcher_bridge_replaced_on_gb200(tmp_path: Path) -
     )
     assert "https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/5992" in reset["sources"]
     assert by_key["model.moe_router_dtpye"]["status"] == "missing"
-    line = next(x for x in out.splitlines() if "model.moe_token_dispatcher_type" in x)
+    # The finding's sentence, wrapped at the output's width (lines joined back).
+    start = out.rindex("override", 0, out.index("model.moe_token_dispatcher_type"))
+    line = " ".join(out[start:].split("\noverride ", 1)[0].split())
     assert "[DG-OVERRIDE-RESET]" in line and "intended flex, saved alltoall" in line and "issues/5992" in line
 
 

@@ -4,6 +4,7 @@ characters two columns wide."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -120,6 +121,18 @@ def test_a_line_too_long_is_left_in_english() -> None:
     assert translate(line, Language.ZH) == line
 
 
+def test_every_fixed_legality_message_has_its_chinese() -> None:
+    """The rule messages `check` and `estimate` print: each literal one (a message with numbers
+    is a template, checked through the commands) reads in Chinese under --lang zh."""
+    import lcmoe.rules.legality as legality
+
+    source = Path(legality.__file__).read_text(encoding="utf-8")
+    messages = re.findall(r'^\s+return "([^"{}]+)"$', source, re.M)
+    assert "EP overlap forbids full recompute and moe recompute" in messages
+    missing = [m for m in messages if not has_cjk(translate(m, Language.ZH))]
+    assert not missing, missing
+
+
 def test_untranslated_sentences_fall_back_to_english() -> None:
     line = "a sentence lcmoe never prints, with no template"
     assert translate(line, Language.ZH) == line and untranslated(line) == [line]
@@ -222,8 +235,8 @@ def test_the_locale_picks_chinese_and_lang_en_overrides_it(
 
 
 def test_narrow_terminal_in_chinese_wraps_cards_whole(english_locale: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """COLUMNS=80: cards, every value whole, each card line within 80 terminal cells (a CJK
-    character takes two); the notes after them are soft-wrapped by the terminal, as in English."""
+    """COLUMNS=80: cards, every value whole, each line within 80 terminal cells (a CJK character
+    takes two), the notes after the cards wrapped between characters as Chinese text breaks."""
     import io
 
     from rich.cells import cell_len
@@ -238,11 +251,33 @@ def test_narrow_terminal_in_chinese_wraps_cards_whole(english_locale: None, monk
     assert code == 0 and "…" not in out and "┏" not in out  # cards, nothing cut
     assert "方案 1" in out and "峰值 GiB / 容量" in out and "精度感知 Adam" in out
     assert not _english_prose(out), _english_prose(out)
+    # The sentences after the cards wrap at 80 cells too, between characters, never leaving an
+    # opening bracket at a line's end or starting a line with closing punctuation.
+    assert all(cell_len(line) <= 80 for line in out.splitlines()), out
+    assert not [line for line in out.splitlines() if line.rstrip().endswith(("（", "“"))], out
+    assert not [line for line in out.splitlines() if line.startswith(("，", "。", "）", "；"))], out
     payload = json.loads(run_cli("plan", *QWEN, "--json")[1])
     buffer = io.StringIO()
     print_plans(Console(file=buffer, width=80, color_system=None), payload, "plans, fastest first", Language.ZH)
     cards = buffer.getvalue()
     assert "…" not in cards and all(cell_len(line) <= 80 for line in cards.splitlines()), cards
+
+
+@pytest.mark.parametrize(
+    ("text", "width", "pieces"),
+    [
+        ("显存溢出的配置相同", 8, ["显存溢出", "的配置相", "同"]),  # two cells a character
+        ("峰值（容量 80），超出", 12, ["峰值（容量 ", "80），超出"]),  # "）" and "，" stay with "80"
+        ("请先用 alltoall 调通", 14, ["请先用 ", "alltoall 调通"]),  # an English word stays whole
+        ("看（Llama 3）吧", 8, ["看", "（Llama ", "3）吧"]),  # "（" goes with what it opens
+        ("x" * 25, 10, ["x" * 10, "x" * 10, "x" * 5]),  # longer than the line: folded
+    ],
+)
+def test_chinese_lines_break_between_characters(text: str, width: int, pieces: list[str]) -> None:
+    from lcmoe.i18n import cjk_line_breaks
+
+    breaks = [0, *cjk_line_breaks(text, width), len(text)]
+    assert [text[a:b] for a, b in itertools.pairwise(breaks)] == pieces
 
 
 def test_plan_tables_are_measured_in_the_language_they_are_printed_in(
@@ -332,3 +367,21 @@ def test_report_in_both_languages(lang: str, english_locale: None, tmp_path: Pat
     assert ">保存的激活<" in page and ">流水线阶段<" in page  # a plot's legend entry and axis label
     assert not _english_prose(_page_words(page)), _english_prose(_page_words(page))
     assert markdown.startswith("# lcmoe 方案") and "| # | 布局 |" in markdown
+
+
+def test_oom_diagnosis_in_chinese(english_locale: None, tmp_path: Path) -> None:
+    """diagnose's OOM evidence, ladder and rejected rungs with their reasons, all in Chinese."""
+    from lcmoe.emit.megatron_lm import megatron_lm_args
+    from tests import log_fixtures as lf
+    from tests.test_diagnose import _dsv3_128k_plan_one
+
+    config = tmp_path / "args.txt"
+    config.write_text("\n".join(megatron_lm_args(_dsv3_128k_plan_one())), encoding="utf-8")
+    log = tmp_path / "train.log"
+    log.write_text(lf.oom_line(3.5, 0, 79.19, 120.0, 300.0) + "\n", encoding="utf-8")
+    code, out, err = run_cli(
+        "--lang", "zh", "diagnose", str(log), "--config", str(config), "-m", "deepseek-v3", "-n", "256"
+    )
+    assert code == 1, err
+    assert "证据：" in out and "补救阶梯" in out and "已排除" in out
+    assert not _english_prose(out), _english_prose(out)

@@ -70,6 +70,29 @@ def test_every_command_is_documented() -> None:
     assert names <= headings, names - headings
 
 
+# The JSON Schema in docs/schema/ each documented command's output must satisfy.
+SCHEMAS = {
+    "models --json": "models.schema.json",
+    "hardware --json": "hardware.schema.json",
+    "flops --json": "flops.schema.json",
+    "estimate --json": "estimate.schema.json",
+    "plan --json": "plan.schema.json",
+    "report --json": "plan.schema.json",
+    "sweep --json": "sweep.schema.json",
+    "check --json": "check.schema.json",
+    "diagnose LOG --json": "diagnose.schema.json",
+    "diagnose NEW --baseline OLD --json": "regression.schema.json",
+    "preflight --json": "preflight.schema.json",
+    "calibrate --json": "calibrate.schema.json",
+}
+
+
+def test_every_documented_command_has_a_schema() -> None:
+    assert set(SCHEMAS) == set(documented())
+    for name in SCHEMAS.values():
+        assert (REPO / "docs" / "schema" / name).is_file(), name
+
+
 @pytest.mark.parametrize("heading", sorted(documented()))
 def test_documented_keys_match_output(heading: str, tmp_path: Path) -> None:
     required, optional = documented()[heading]
@@ -81,3 +104,8 @@ def test_documented_keys_match_output(heading: str, tmp_path: Path) -> None:
     keys = set(document) - {"schema_version"}
     assert required <= keys, required - keys
     assert keys <= required | optional, keys - required - optional
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((REPO / "docs" / "schema" / SCHEMAS[heading]).read_text(encoding="utf-8"))
+    jsonschema.validate(document, schema, cls=jsonschema.Draft202012Validator)
+    document_schema = json.loads((REPO / "docs" / "schema" / "document.schema.json").read_text(encoding="utf-8"))
+    jsonschema.validate(document, document_schema, cls=jsonschema.Draft202012Validator)

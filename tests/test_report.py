@@ -32,6 +32,16 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, ob
     return out, json.loads(plan_json)
 
 
+@pytest.fixture(scope="module")
+def report_zh(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same report in Chinese (its text is wider per character: checked at both widths too)."""
+    out = tmp_path_factory.mktemp("report_zh") / "report.html"
+    code, _, err = run_cli("--lang", "zh", "report", *ARGS, "--sweep", "32k,128k", "--out", str(out), "-q")
+    assert code == 0, err
+    assert 'lang="zh-CN"' in out.read_text(encoding="utf-8")
+    return out
+
+
 def _embedded_payload(page: str) -> dict[str, object]:
     match = re.search(r'<script type="application/json" id="lcmoe-payload">(.*?)</script>', page, re.S)
     assert match
@@ -156,11 +166,14 @@ WIDTHS_PX = (390, 1400)
 MIN_PLOT_TEXT_PX = 9.0
 
 
-def test_report_fits_a_phone_and_a_desktop(report: tuple[Path, dict[str, object]], tmp_path: Path) -> None:
-    """At 390 px and 1400 px: the page never scrolls sideways, plot text is at least 9 px as
-    rendered, and at 1400 px no table needs its scroll box (the plans table fits)."""
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_report_fits_a_phone_and_a_desktop(
+    lang: str, report: tuple[Path, dict[str, object]], report_zh: Path, tmp_path: Path
+) -> None:
+    """At 390 px and 1400 px, in both languages: the page never scrolls sideways, plot text is at
+    least 9 px as rendered, and at 1400 px no table needs its scroll box (the plans table fits)."""
     flags = _browser_flags()
-    path, _ = report
+    path = report[0] if lang == "en" else report_zh
     page = html.escape(path.read_text(encoding="utf-8"), quote=True)
     frames = "".join(
         f'<iframe width="{w}" style="width:{w}px;height:900px;border:0;display:block" srcdoc="{page}"></iframe>'
@@ -196,3 +209,20 @@ def test_plans_heading_follows_the_rank_record(rank: dict[str, object] | None, k
     """The heading names what the plan JSON says the plans were ranked by (without bands the low
     edge is the prediction, so "fastest first" is true)."""
     assert plans_heading({"rank": rank}) == say(key)
+
+
+def test_report_shows_every_setting_of_each_plan(report: tuple[Path, dict[str, object]]) -> None:
+    """Besides the plans table, the report lists the settings it leaves out (optimizer, EP overlap,
+    CP exchange, sequence parallel, pipeline layout, recompute spelled whole), as the CLI does."""
+    from lcmoe.plan.format import settings_table_rows
+    from lcmoe.report.render import SETTINGS_TABLE_COLUMNS, _md_table
+
+    path, payload = report
+    rows = settings_table_rows(payload)
+    assert len(rows) >= 3 and all(len(row) == 7 for row in rows)
+    markdown = path.with_suffix(".md").read_text(encoding="utf-8")
+    page = path.read_text(encoding="utf-8")
+    assert "the rest of each plan&#x27;s settings" in page or "the rest of each plan's settings" in page
+    for row in rows:
+        assert _md_table(SETTINGS_TABLE_COLUMNS, [row]).splitlines()[-1] in markdown, row  # as the twin escapes it
+        assert html.escape(row[2]).replace(",", ",<wbr>") in page  # the optimizer cell, breakable after ","

@@ -231,6 +231,94 @@ def translate_all(texts: Iterable[str], lang: Language) -> list[str]:
     return [translate(t, lang) for t in texts]
 
 
+# Where a Chinese line may break: before any CJK character (each is a "word" of its own), except
+# before closing punctuation, which stays on the line it closes, and after opening punctuation,
+# which goes with what it opens; runs of other characters (an English word, a number, a flag)
+# stay whole, as rich keeps them.
+_OPENING = "（「『【《“‘"
+_CLOSING = "，。；：、！？）」』】》”’%"
+_CJK_RANGE = "\u2e80-\u9fff\uf900-\ufaff\u3000-\u303f\uff00-\uffef"
+_BREAK_UNIT = re.compile(rf"[{_OPENING}]*(?:[{_CJK_RANGE}]|[^\s{_CJK_RANGE}]+)[{_CLOSING}]*\s*|\s+")
+
+
+def cjk_line_breaks(text: str, width: int) -> list[int]:
+    """Offsets at which to break ``text`` (one line, no newline) so that each piece is at most
+    ``width`` cells: greedy, breaking between CJK characters and at spaces; a run longer than the
+    width (a URL) is folded at the width."""
+    from rich.cells import cell_len
+
+    breaks: list[int] = []
+    used = 0
+    for match in _BREAK_UNIT.finditer(text):
+        unit = match.group()
+        shown = cell_len(unit.rstrip())
+        if used and used + shown > width:
+            breaks.append(match.start())
+            used = 0
+        if shown > width:  # fold a unit wider than the line, character by character
+            for offset, char in enumerate(unit, match.start()):
+                cells = cell_len(char)
+                if used + cells > width and not char.isspace():
+                    breaks.append(offset)
+                    used = 0
+                used += cells
+            continue
+        used += cell_len(unit)
+    return [b for b in breaks if 0 < b < len(text)]
+
+
+@lru_cache(maxsize=1)
+def _cjk_text_class() -> Any:
+    """rich's Text wrapping Chinese between characters (rich breaks only at spaces, so a Chinese
+    sentence would move whole to the next line and leave the one before it short)."""
+    from rich.containers import Lines
+    from rich.text import Text
+
+    class CjkText(Text):
+        def wrap(self, console: Any, width: int, **kwargs: Any) -> Lines:
+            if kwargs.get("no_wrap") or self.no_wrap or kwargs.get("overflow") == "ignore":
+                return super().wrap(console, width, **kwargs)
+            lines = Lines()
+            for line in self.split(allow_blank=True):
+                pieces = line.divide(cjk_line_breaks(line.plain, width))
+                for piece in pieces:
+                    piece.rstrip_end(width)
+                    lines.extend(Text.wrap(piece, console, width, **kwargs))
+            return lines
+
+    return CjkText
+
+
+def cjk_text(text: Any) -> Any:
+    """``text`` (a str or rich Text) as a Text that wraps between Chinese characters."""
+    cls = _cjk_text_class()  # built on first use: rich is imported only when printing
+    if isinstance(text, str):
+        return cls(text)
+    out = cls(style=text.style, justify=text.justify, overflow=text.overflow, no_wrap=text.no_wrap, end=text.end)
+    out.append_text(text)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Hanging:
+    """A rich renderable: ``renderable`` wrapped ``indent`` columns in, every line (the first and
+    its continuations) indented, and no trailing padding (rich's Padding pads each line to the
+    width). The CLI prints an indented line of text through it; translate_renderable translates
+    what it holds before it is wrapped."""
+
+    renderable: Any
+    indent: int
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.segment import Segment
+
+        inner = options.update_width(max(1, options.max_width - self.indent))
+        for line in console.render_lines(self.renderable, inner, pad=False):
+            yield Segment(" " * self.indent)
+            yield from line
+            yield Segment.line()
+
+
 def translate_renderable(renderable: Any, lang: Language) -> Any:
     """A rich renderable with its words translated: a str or Text line by line (a translated line
     keeps the style of its first character), a Table's title, caption, headers and text cells,
@@ -241,10 +329,14 @@ def translate_renderable(renderable: Any, lang: Language) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    if isinstance(renderable, str):
-        return _translate_markup(renderable, lang)
-    if isinstance(renderable, Text):
-        return _translate_text(renderable, lang)
+    if isinstance(renderable, str | Text):
+        done = _translate_markup(renderable, lang) if isinstance(renderable, str) else _translate_text(renderable, lang)
+        plain = done if isinstance(done, str) else done.plain
+        if not has_cjk(plain) or (isinstance(done, str) and "[" in done):  # markup rich still reads
+            return done
+        return cjk_text(done)
+    if isinstance(renderable, Hanging):
+        return Hanging(translate_renderable(renderable.renderable, lang), renderable.indent)
     if isinstance(renderable, Padding):
         padded = Padding(
             translate_renderable(renderable.renderable, lang),

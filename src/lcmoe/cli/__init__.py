@@ -43,6 +43,21 @@ EXAMPLES = {
     "preflight": "lcmoe preflight --plan plans/qwen3/plan.json",
     "calibrate": "lcmoe calibrate run1.log run2.log --plan plan.json --out cluster.yaml",
 }
+# The one line `lcmoe --help` lists per command: whole at 80 columns (click would cut the docstring
+# to "…" there); each command's own --help keeps its full docstring.
+SHORT_HELP = {
+    "models": "the built-in models and their parameter counts",
+    "hardware": "the built-in GPUs: memory, peak FLOP/s, links",
+    "flops": "model FLOPs per token as Megatron Bridge counts them",
+    "estimate": "memory by stage and step time of one layout",
+    "plan": "search every legal layout and rank the ones that fit",
+    "sweep": "the best plan at each sequence length",
+    "report": "the plan as an HTML page with plots (and Markdown)",
+    "check": "check a config you have: legality, memory, time, rules",
+    "diagnose": "read a training log: OOM, slow steps, failures, regressions",
+    "preflight": "check a node before the big job: versions, GPUs, packages",
+    "calibrate": "fit the speed model to your measured runs",
+}
 COMMANDS: dict[str, Callable[..., None]] = {
     "models": models,
     "hardware": hardware,
@@ -69,7 +84,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 for _name, _command in COMMANDS.items():
-    app.command(_name, epilog=f"\b\nExample:\n  {EXAMPLES[_name]}")(_command)
+    app.command(_name, short_help=SHORT_HELP[_name], epilog=f"\b\nExample:\n  {EXAMPLES[_name]}")(_command)
 
 
 def _print_version(value: bool) -> None:

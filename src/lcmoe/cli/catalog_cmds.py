@@ -70,7 +70,7 @@ def models(json_output: bool = JSON, quiet: bool = QUIET) -> None:
     if json_output:
         print_json({"models": rows})
     elif quiet:
-        stdout.print("\n".join(r["name"] for r in rows), highlight=False)
+        stdout.print("\n".join(r["name"] for r in rows), highlight=False, soft_wrap=True)
     else:
         stdout.print(_models_table(rows))
 
@@ -84,7 +84,7 @@ def hardware(json_output: bool = JSON, quiet: bool = QUIET) -> None:
         print_json({"hardware": [s.model_dump() for s in specs]})
         return
     if quiet:
-        stdout.print("\n".join(s.name for s in specs), highlight=False)
+        stdout.print("\n".join(s.name for s in specs), highlight=False, soft_wrap=True)
         return
     table = Table(title="lcmoe hardware catalog (dense peaks; bandwidths one-way per GPU)")
     for col in (

@@ -236,7 +236,11 @@ def _print_quiet(result: dict[str, Any]) -> None:
     errors, memory = result["errors"], result.get("memory", {})
     fits = "" if errors else ("OOM" if not memory["fits"] else "fits, at risk" if memory["oom_risk"] else "fits")
     lost = f", {len(result['intended'])} intended overrides not held" if result.get("intended") else ""
-    stdout.print(f"{len(errors)} errors, {len(_warnings(result))} warnings {fits}".strip() + lost, highlight=False)
+    stdout.print(
+        f"{len(errors)} errors, {len(_warnings(result))} warnings {fits}".strip() + lost,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _intended_overrides(path: Path, saved_text: str, fmt: str) -> list[dict[str, object]]:
@@ -263,7 +267,7 @@ def _render(result: dict[str, Any]) -> None:
 
     stdout.print(f"read as: {result['format']}")
     for e in result["errors"]:
-        text = escape(f"[{e['rule']}] {e['message']} — fix: {e['fix']} ({e['source']})")
+        text = escape(f"[{e['rule']}] {e['message']} — fix: {e['fix']}")  # the source file:line: --json
         stdout.print(f"[red]error[/] {text}", highlight=False)
     if not result["errors"]:
         render_estimate(result)

@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 import typer
 from rich.console import Console
@@ -20,24 +20,44 @@ from rich.markup import escape
 from rich.text import Text
 
 from lcmoe.errors import LcmoeError
+from lcmoe.i18n import Hanging
 from lcmoe.specs.hardware import HardwareSpec
 from lcmoe.specs.model import ModelSpec
 
-# Off a terminal (pipes, CI logs) rich would assume 80 columns and wrap every table: 200 unless
-# COLUMNS says otherwise (``COLUMNS=80 lcmoe plan … | less`` gets the narrow layout).
+# Off a terminal (a file, CI logs) rich would assume 80 columns and wrap every table: 200 unless
+# COLUMNS says otherwise (``COLUMNS=80 lcmoe plan … > plan.txt`` gets the narrow layout). Piped
+# into a pager or ``head`` on a terminal (stderr still on it), the terminal's own width.
 PIPED_WIDTH = 200
 SCHEMA_VERSION = "2"
 
 
-def output_width(environ: Mapping[str, str] | None = None, *, is_tty: bool | None = None) -> int | None:
+def _stderr_terminal_columns() -> int | None:
+    """The width of the terminal stderr is on, or None when it is not on one."""
+    try:
+        return os.get_terminal_size(2).columns if sys.stderr is not None and sys.stderr.isatty() else None
+    except (OSError, ValueError):
+        return None
+
+
+def output_width(
+    environ: Mapping[str, str] | None = None,
+    *,
+    is_tty: bool | None = None,
+    terminal_columns: int | Literal["ask"] | None = "ask",
+) -> int | None:
     """The width of stdout's console: COLUMNS when set to a positive whole number; otherwise the
-    terminal's own (None: rich asks it) or PIPED_WIDTH off a terminal."""
+    terminal's own (None: rich asks it); off a terminal, the width of the terminal stderr is on
+    (``lcmoe plan | less``; ``terminal_columns``, "ask": find out), else PIPED_WIDTH."""
     columns = (os.environ if environ is None else environ).get("COLUMNS", "").strip()
     if columns.isdigit() and len(columns) <= 5 and int(columns) > 0:
         return int(columns)
     if is_tty is None:
         is_tty = sys.stdout is not None and sys.stdout.isatty()
-    return None if is_tty else PIPED_WIDTH
+    if is_tty:
+        return None
+    if terminal_columns == "ask":
+        terminal_columns = _stderr_terminal_columns()
+    return terminal_columns if terminal_columns and terminal_columns > 0 else PIPED_WIDTH
 
 
 class _Console(Console):
@@ -45,6 +65,24 @@ class _Console(Console):
     model name) that reached a markup string unescaped is printed as plain text instead of
     raising MarkupError (issue #31: no input ends in a traceback), wherever rich renders it.
     Call sites escape user text with ``rich.markup.escape``; this is the safety net."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        """As rich prints, except that one indented line of text ("  [LC-CP] …", "    fits …")
+        wraps under its own indent (a hanging indent) instead of at the left edge."""
+        soft_wrap = kwargs.get("soft_wrap")
+        if (
+            len(objects) == 1
+            and isinstance(objects[0], str)
+            and not (self.soft_wrap if soft_wrap is None else soft_wrap)
+        ):
+            text = objects[0]
+            body = text.lstrip(" ")
+            indent = len(text) - len(body)
+            if indent and body and "\n" not in text:
+                keys = ("markup", "highlight", "emoji")
+                rendered = self.render_str(body, **{k: kwargs[k] for k in keys if k in kwargs})
+                objects = (Hanging(rendered, indent),)
+        super().print(*objects, **kwargs)
 
     def render_str(self, text: str, **kwargs: Any) -> Text:
         # Every string rich renders (print arguments, table titles and cells) passes here.
@@ -54,7 +92,9 @@ class _Console(Console):
             return super().render_str(text, **{**kwargs, "markup": False})
 
 
-stdout = _Console(soft_wrap=True, width=output_width())
+# Sentences wrap between words at the width (a line the terminal breaks would cut a word, and a
+# COLUMNS=80 pipe would get 300-column lines); a --quiet line for scripts passes soft_wrap=True.
+stdout = _Console(soft_wrap=False, width=output_width())
 stderr = _Console(stderr=True, soft_wrap=True)
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2

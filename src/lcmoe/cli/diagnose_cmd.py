@@ -159,7 +159,7 @@ def diagnose(
     if json_output:
         print_json(result)
     elif quiet:
-        stdout.print(_verdict(result), highlight=False)
+        stdout.print(_verdict(result), highlight=False, soft_wrap=True)
     else:
         _render_diagnosis(result)
     raise typer.Exit(code)
@@ -210,7 +210,7 @@ def _regression(a: LogSummary, b: LogSummary, json_output: bool, quiet: bool = F
         print_json(result)
         raise typer.Exit(code)
     if quiet:
-        stdout.print(f"{report.step_verdict}; memory {report.memory_verdict}", highlight=False)
+        stdout.print(f"{report.step_verdict}; memory {report.memory_verdict}", highlight=False, soft_wrap=True)
         raise typer.Exit(code)
     for label, stats in (("baseline", report.baseline), ("candidate", report.candidate)):
         if stats:
@@ -325,7 +325,7 @@ def preflight(
         raise typer.Exit(code)
     if quiet:
         bad = [f"{c.status} {c.name}" for c in results if c.status != "pass"]
-        stdout.print(", ".join(bad) or "all checks pass", highlight=False)
+        stdout.print(", ".join(bad) or "all checks pass", highlight=False, soft_wrap=True)
         raise typer.Exit(code)
     colors = {"pass": "green", "warn": "yellow", "fail": "red"}
     for c in results:
@@ -398,7 +398,7 @@ def calibrate(
         print_json(document)
         raise typer.Exit(EXIT_OK)
     if quiet:
-        stdout.print(str(out), highlight=False)
+        stdout.print(str(out), highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_OK)
     scales = ", ".join(f"{k} ×{v:.3f}" for k, v in calibration.scales.items())
     stdout.print(

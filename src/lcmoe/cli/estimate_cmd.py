@@ -206,7 +206,7 @@ def _estimate_and_print(
     if broken:
         first = broken[0]
         more = f" (+{len(broken) - 1} more; `lcmoe check` lists all)" if len(broken) > 1 else ""
-        abort(f"[{first.rule}] {first.message}; fix: {first.fix} ({first.source}){more}.")
+        abort(f"[{first.rule}] {first.message}; fix: {first.fix}{more}.")  # the rule's source: check --json
     if stage is not None and not explain:
         raise LcmoeError("--stage", stage, "picks the stage --explain lists", "add --explain")
     coefficients = ro.time_coefficients(calibration, run.hardware)
@@ -293,7 +293,7 @@ def render_estimate(result: dict[str, Any], *, quiet: bool = False) -> None:
     memory = result["memory"]
     verdict = verdict_line(memory)
     if quiet:
-        stdout.print(verdict)
+        stdout.print(verdict, soft_wrap=True)
         return
     inputs = result["inputs"]
     layout = result["layout"]

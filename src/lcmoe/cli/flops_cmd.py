@@ -40,7 +40,7 @@ def flops(
         )
         return
     if quiet:
-        stdout.print(f"{total:.6g}", highlight=False)
+        stdout.print(f"{total:.6g}", highlight=False, soft_wrap=True)
         return
     table = Table(title=f"{spec.name} @ {format_tokens(tokens)} tokens, TP={tp}: model FLOPs per token (fwd+bwd)")
     table.add_column("term")

@@ -142,6 +142,7 @@ class PlanDocument(_Open):
     fit: int
     closest: Plan | None = None
     min_gpus_needed: int | None = None
+    fewer_gpus_that_fit: int | None = None
 
 
 class EstimateInputs(_Open):
@@ -197,6 +198,148 @@ class CheckDocument(_Open):
     time: Time | None = None
 
 
+class SweepRow(_Open):
+    seq_len: int
+    plan: Plan | None = Field(description="the best plan at this length; null when nothing fits")
+
+
+class SweepDocument(_Open):
+    """`lcmoe sweep --json`."""
+
+    schema_version: Literal["2"]
+    model: str
+    gpu: str
+    num_gpus: int
+    sweep: list[SweepRow]
+
+
+class ModelRow(_Open):
+    name: str
+    family: str
+    layers: int
+    attention: str
+    experts: int | None
+    total_params: float
+    active_params: float
+
+
+class ModelsDocument(_Open):
+    """`lcmoe models --json`."""
+
+    schema_version: Literal["2"]
+    models: list[ModelRow]
+
+
+class HardwareRow(_Open):
+    name: str
+    architecture: str
+    hbm_bytes: float
+    peak_flops: dict[str, float]
+    nvlink_domain_size: int
+    gpus_per_node: int
+
+
+class HardwareDocument(_Open):
+    """`lcmoe hardware --json`."""
+
+    schema_version: Literal["2"]
+    hardware: list[HardwareRow]
+
+
+class FlopsDocument(_Open):
+    """`lcmoe flops --json`."""
+
+    schema_version: Literal["2"]
+    model: str
+    seq_len: int
+    tp: int
+    global_batch_size: int
+    flops_per_token: float
+    flops_per_step: float
+    padded_vocab_size: int
+    breakdown: dict[str, float]
+    source: str
+
+
+class LadderRung(_Open):
+    kind: str
+    change: str
+    legal: bool
+    fits: bool | None
+
+
+class Oom(_Open):
+    predicted_peak_reserved_bytes: float
+    capacity_bytes: float
+    predicted_fits: bool
+    evidence: list[str]
+    ladder: list[LadderRung]
+
+
+class DiagnoseDocument(_Open):
+    """`lcmoe diagnose LOG --json`: the analyses present are those the log and config allow."""
+
+    schema_version: Literal["2"]
+    log: dict[str, Any]
+    config_source: str | None
+    comm_failures: list[dict[str, Any]]
+    exit_code: int
+    memory: dict[str, Any] | None = None
+    oom: Oom | None = None
+    steps: dict[str, Any] | None = None
+    speed: dict[str, Any] | None = None
+    failures: list[dict[str, Any]] | None = None
+
+
+class RegressionDocument(_Open):
+    """`lcmoe diagnose NEW --baseline OLD --json`."""
+
+    schema_version: Literal["2"]
+    baseline: dict[str, Any] | None
+    candidate: dict[str, Any] | None
+    step_time_change: float | None
+    step_time_verdict: str
+    memory_verdict: str
+    config_diff: dict[str, dict[str, Any]]
+    causes: list[dict[str, Any]]
+    exit_code: int
+
+
+class PreflightCheck(_Open):
+    check: str
+    status: Literal["pass", "warn", "fail"]
+    detail: str
+    fix: str | None
+
+
+class PreflightDocument(_Open):
+    """`lcmoe preflight --json`."""
+
+    schema_version: Literal["2"]
+    checks: list[PreflightCheck]
+    exit_code: int
+
+
+class CalibrationRun(_Open):
+    source: str
+    measured_step_seconds: float
+    predicted_before_seconds: float
+    predicted_after_seconds: float
+
+
+class CalibrateDocument(_Open):
+    """`lcmoe calibrate --json` (the document --out holds)."""
+
+    schema_version: Literal["2"]
+    format: str
+    architecture: str
+    hardware: str
+    scales: dict[str, float]
+    coefficients: dict[str, Any]
+    runs: list[CalibrationRun]
+    fit: dict[str, Any]
+
+
 class AnyDocument(_Open):
     """Any `lcmoe … --json` document: an object that starts with schema_version."""
 
@@ -208,6 +351,14 @@ DOCUMENTS: dict[str, type[BaseModel]] = {
     "plan.schema.json": PlanDocument,
     "estimate.schema.json": EstimateDocument,
     "check.schema.json": CheckDocument,
+    "sweep.schema.json": SweepDocument,
+    "models.schema.json": ModelsDocument,
+    "hardware.schema.json": HardwareDocument,
+    "flops.schema.json": FlopsDocument,
+    "diagnose.schema.json": DiagnoseDocument,
+    "regression.schema.json": RegressionDocument,
+    "preflight.schema.json": PreflightDocument,
+    "calibrate.schema.json": CalibrateDocument,
     "document.schema.json": AnyDocument,
 }
 

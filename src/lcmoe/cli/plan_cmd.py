@@ -79,6 +79,10 @@ def plan(
     request = rq.plan_request(rq.PlanOptions.from_params(ctx.params))
     result = rq.search_or_min_gpus(request, quiet or json_output)
     payload = plan_payload(request, result)
+    if not result.plans:
+        fewer = rq.fewer_gpus_that_fit(request)
+        if fewer:
+            payload["fewer_gpus_that_fit"] = fewer
     if emit is not None and result.plans:
         quiet_emit = quiet or json_output
         emit_plan(emit, payload, result, steps=steps, confirmed=yes, force=force, launch=launch, quiet=quiet_emit)
@@ -136,20 +140,41 @@ def _print_quiet(payload: dict[str, Any]) -> None:
             + (f"lora=r{best['peft']['rank']} " if best.get("peft") else "")
             + f"tokens/s/GPU={best['time']['tokens_per_sec_per_gpu']:.0f}"
             + (f" band=±{best['time']['band_pct']:.0f}%" if best["time"].get("band_pct") is not None else "")
-            + (f"{AT_RISK} may OOM" if best["memory"].get("oom_risk") else "")
+            + (f"{AT_RISK} may OOM" if best["memory"].get("oom_risk") else ""),
+            soft_wrap=True,
         )
     else:
         need = payload.get("min_gpus_needed")
         stdout.print(
             f"no plan fits; at least {need} GPUs needed"
             if need
-            else f"no plan fits on up to 16 × {payload['inputs']['num_gpus']} GPUs"
+            else f"no plan fits on up to 16 × {payload['inputs']['num_gpus']} GPUs",
+            soft_wrap=True,
         )
 
 
-def odd_factor(num_gpus: int) -> int:
-    """``num_gpus`` without its factors of two (250 → 125)."""
-    return num_gpus // (num_gpus & -num_gpus)
+odd_factor = rq.odd_part
+
+
+def closest_text(closest: dict[str, Any]) -> str:
+    """The plan nearest to fitting when nothing fits: its layout and settings, and how far each
+    pipeline stage is over (or under) the GPU."""
+    memory = closest["memory"]
+    gib = 1024**3
+    over = (memory["peak_reserved_bytes"] - memory["capacity_bytes"]) / gib
+    stages = [
+        f"stage {s['stage']} {s['peak_reserved_bytes'] / gib:.1f} GiB ("
+        + (f"{d:.1f} over" if (d := (s["peak_reserved_bytes"] - memory["capacity_bytes"]) / gib) > 0 else "fits")
+        + ")"
+        for s in memory["stages"]
+    ]
+    return (
+        f"closest: {layout_text(closest['layout'])}, recompute {recompute_text(closest)}, {closest['precision']}, "
+        f"optimizer offload {closest['optimizer_offload_fraction']:g}: peak {memory['peak_reserved_bytes'] / gib:.1f} "
+        f"GiB of {memory['capacity_bytes'] / gib:.1f}, {over:.1f} GiB over"
+        + (f"; by pipeline stage: {', '.join(stages)}" if len(stages) > 1 else "")
+        + "; add GPUs, lower precision, or shorten the sequence"
+    )
 
 
 def render_plans(payload: dict[str, Any]) -> None:
@@ -168,19 +193,21 @@ def render_plans(payload: dict[str, Any]) -> None:
             + (f"; the smallest count that fits is {need} GPUs" if need else "; none fits on up to 16× the GPUs")
         )
         odd = odd_factor(int(inputs["num_gpus"]))
-        if odd > 8:
+        if odd > rq.SMALL_ODD_PART:
             stdout.print(
                 f"{inputs['num_gpus']} = {int(inputs['num_gpus']) // odd} × {odd}: TP, CP, EP and PP must divide the "
                 f"GPU count, so the factor {odd} can only go to data parallelism; a count with small factors "
                 "(a power of two, or a multiple of the node size) leaves the layout more room"
             )
+        fewer = payload.get("fewer_gpus_that_fit")
+        if fewer:
+            stdout.print(
+                f"fewer GPUs fit as well: {fewer} = {fewer // odd_factor(fewer)} × {odd_factor(fewer)} (the largest "
+                f"count below {inputs['num_gpus']} with small factors that fits)"
+            )
         closest = payload.get("closest")
         if closest:
-            over = closest["memory"]["peak_reserved_bytes"] - closest["memory"]["capacity_bytes"]
-            stdout.print(
-                f"closest: {layout_text(closest['layout'])}, {over / 1024**3:.1f} GiB over; add GPUs, "
-                "lower precision, or shorten the sequence"
-            )
+            stdout.print(closest_text(closest), highlight=False)
         return
     from lcmoe.cli.plan_view import print_plans
 

@@ -3,8 +3,8 @@ when it fits the width, else one card per plan whose values wrap instead of bein
 
 Cells come from plan/format.py (PLAN_COLUMNS, labelled_rows), so a column added there shows up
 in both forms; the settings those columns leave out (optimizer, EP overlap, CP exchange, sequence
-parallelism, pipeline layout) come from ``setting_rows`` here, so every setting a plan uses is on
-screen and `lcmoe estimate --from-plan` can be checked against it."""
+parallelism, pipeline layout) come from ``setting_rows`` (plan/format.py, shared with the report),
+so every setting a plan uses is on screen and `lcmoe estimate --from-plan` can be checked against it."""
 
 from __future__ import annotations
 
@@ -16,55 +16,33 @@ from rich.padding import Padding
 from rich.table import Table
 
 from lcmoe.i18n import Language, context_language, translate, translate_renderable
-from lcmoe.plan.format import PLAN_COLUMNS, labelled_rows
+from lcmoe.plan.format import (  # re-exported: the helpers lived here first
+    PLAN_COLUMNS,
+    SETTING_COLUMNS,
+    labelled_entries,
+    labelled_rows,
+    optimizer_text,
+    recompute_spec,
+    setting_rows,
+)
+
+__all__ = [
+    "SETTING_COLUMNS",
+    "optimizer_text",
+    "plan_cards",
+    "plan_rows",
+    "plan_tables",
+    "print_plans",
+    "recompute_spec",
+]
+__all__ += ["setting_rows"]
 
 LEFT_COLUMNS = ("layout", "recompute", "dispatcher", "graphs")
 # Comma lists: shown as "a, b, c" so a narrow cell wraps between entries instead of cutting one.
 LIST_COLUMNS = ("recompute", "graphs")
-SETTING_COLUMNS = ("optimizer", "EP overlap", "CP exchange", "sequence parallel", "pipeline layout")
 
 
-def optimizer_text(entry: dict[str, Any]) -> str:
-    """The optimizer as a plan (or estimate's inputs) sets it: precision-aware or not, the Adam
-    moments' and the gradient buffer's dtype, and the share offloaded to the host when estimate
-    reports it."""
-    aware = bool(entry.get("precision_aware_optimizer"))
-    moments = str(entry.get("exp_avg_dtype") or ("bf16" if aware else "fp32")).upper()
-    grads = str(entry.get("main_grads_dtype") or "fp32").upper()
-    text = f"{'precision-aware' if aware else 'plain'} Adam, {moments} moments, {grads} main grads"
-    offload = entry.get("optimizer_offload_fraction")
-    if "exp_avg_dtype" in entry and offload:
-        text += f", {100 * float(offload):g}% on the host"
-    return text
-
-
-def recompute_spec(plan: dict[str, Any]) -> str:
-    """Recompute as `lcmoe estimate --recompute` takes it (full:METHOD:N keeps method and count)."""
-    rc = plan["recompute"]
-    if rc["granularity"] == "full":
-        return f"full:{rc.get('method') or 'uniform'}:{rc.get('num_layers') or 1}"
-    if rc["granularity"] == "selective":
-        return ",".join(rc["modules"]) or "none"
-    return "none"
-
-
-def setting_rows(plan: dict[str, Any]) -> list[tuple[str, str]]:
-    """(SETTING_COLUMNS label, value) for the settings PLAN_COLUMNS leaves out."""
-    lay = plan["layout"]
-    pipeline = lay.get("pipeline_layout") or ("-" if lay["pp"] == 1 else "Megatron's even split")
-    values = (
-        optimizer_text(plan),
-        "on" if plan.get("overlap_moe_expert_parallel_comm") else "off",
-        str(lay["cp_comm_type"]) if lay["cp"] > 1 else "-",
-        "on" if lay.get("sequence_parallel") else "off",
-        str(pipeline),
-    )
-    return list(zip(SETTING_COLUMNS, values, strict=True))
-
-
-def _entries(payload: dict[str, Any]) -> list[dict[str, Any]]:
-    """The plans in labelled_rows' order: the plans, then the fallback and the guidance layout."""
-    return [*payload["plans"], *(payload[k] for k in ("fallback", "reference") if payload.get(k))]
+_entries = labelled_entries
 
 
 def plan_rows(payload: dict[str, Any]) -> list[list[str]]:

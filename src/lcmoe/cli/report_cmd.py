@@ -27,15 +27,19 @@ def write_report(
     show_progress: bool = False,
 ) -> list[Path]:
     """report.html, report.md and the plots for ``request``'s result, swept over ``sweep_text``'s
-    lengths (a --sweep list: ``32k,64k`` or ``16k..256k``). The bar pulses (build_report runs the
-    sweep's searches itself and reports no count)."""
+    lengths (a --sweep list: ``32k,64k`` or ``16k..256k``), with a bar counting the lengths
+    (the request's own length included: it is the report's sweep too)."""
     from lcmoe.report.build import build_report, write_report
 
     lengths = ro.seq_lengths(sweep_text, field="--sweep")
-    label = f"report: sweeping {len(lengths)} sequence lengths"
-    with progress(None, label, enabled=show_progress):
+    total = len(set(lengths) | {request.seq_len})
+    with progress(total, "report: sweep", enabled=show_progress) as advance:
         inputs, figs = build_report(
-            request, result, sweep_lengths=lengths, calibration=str(calibration) if calibration else None
+            request,
+            result,
+            sweep_lengths=lengths,
+            calibration=str(calibration) if calibration else None,
+            advance=advance,
         )
     return write_report(out, inputs, figs)
 
@@ -79,7 +83,7 @@ def report(
         print_json(plan_payload(request, result))
     elif quiet:
         for path in written:
-            stdout.print(str(path), highlight=False)
+            stdout.print(str(path), highlight=False, soft_wrap=True)
     else:
         stdout.print(f"wrote {written[0]} (self-contained), {written[1]} and {written[2]}/", highlight=False)
     if not result.plans:

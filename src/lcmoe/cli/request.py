@@ -176,10 +176,82 @@ def search_with_progress(request: PlanRequest, quiet: bool) -> SearchResult:
 
 
 def search_or_min_gpus(request: PlanRequest, quiet: bool) -> SearchResult:
-    """The search; when nothing fits, also the smallest GPU count that would (LC-GPU-FEASIBLE)."""
+    """The search; when nothing fits, also the smallest GPU count that would (LC-GPU-FEASIBLE)
+    and the closest plan (``closest_when_pruned`` when the search kept none)."""
     from lcmoe.plan.search import min_gpus_that_fit
 
     result = search_with_progress(request, quiet)
     if not result.plans:
         result.min_gpus_needed = min_gpus_that_fit(request)
+        # The search keeps the over-capacity candidates as they started (no recompute, no
+        # offload) and none it pruned: the closest with every saving on is the honest "how far".
+        saving = closest_when_pruned(request, result.gbs)
+        if saving is not None and (result.closest is None or _over(saving) < _over(result.closest)):
+            result.closest = saving
     return result
+
+
+# A GPU count whose odd part is at most this leaves TP, CP, EP and PP room (8 = 2^3 · 1 ... 7).
+SMALL_ODD_PART = 7
+
+
+def odd_part(num_gpus: int) -> int:
+    """``num_gpus`` without its factors of two (250 → 125)."""
+    return num_gpus // (num_gpus & -num_gpus)
+
+
+def fewer_gpus_that_fit(request: PlanRequest, tries: int = 2) -> int | None:
+    """For a GPU count with a large odd factor (250 = 2 · 125) that fits nothing: the largest
+    count below it with small factors (odd part ≤ SMALL_ODD_PART; 224 = 32 · 7) on which a plan
+    fits, trying at most ``tries`` counts and none below half the request. None otherwise."""
+    from dataclasses import replace
+
+    from lcmoe.plan.search import search
+
+    if odd_part(request.num_gpus) <= SMALL_ODD_PART:
+        return None
+    counts = [n for n in range(request.num_gpus - 1, request.num_gpus // 2, -1) if odd_part(n) <= SMALL_ODD_PART]
+    for gpus in counts[:tries]:
+        if search(replace(request, num_gpus=gpus, top_k=1)).plans:
+            return gpus
+    return None
+
+
+def _over(plan: Any) -> float:
+    return float(plan.memory.peak_reserved_bytes - plan.memory.capacity_bytes)
+
+
+def closest_when_pruned(request: PlanRequest, gbs: int | None = None) -> Any:
+    """The legal candidate least over capacity with everything that saves memory turned on (full
+    recompute, the whole optimizer on the host), so "nothing fits" names the closest layout and
+    how far over each stage is, also when the search estimated no candidate (each one's weights
+    and gradients alone exceed the GPU: its static prune). None without a legal candidate.
+    ``gbs``: the search's common GBS (without --gbs)."""
+    from dataclasses import replace
+
+    from lcmoe.estimate.memory import staged_layout
+    from lcmoe.plan.fitting import is_legal, memory_of, options_with, time_of
+    from lcmoe.plan.search import Plan, base_options, enumerate_layouts, precisions_for, resolved
+    from lcmoe.run import RunConfig
+
+    request = resolved(request)
+    best: tuple[float, Any] | None = None
+    starts = [base_options(request, precision) for precision in precisions_for(request)]
+    for layout in enumerate_layouts(request, request.gbs or gbs):
+        staged = None
+        for start in starts:
+            saving = options_with(
+                start, recompute_granularity="full", recompute_modules=frozenset(), optimizer_offload_fraction=1.0
+            )
+            run = RunConfig(request.model, request.hardware, layout, saving)
+            if not is_legal(request, run):
+                kept = start.optimizer_offload_fraction  # offload illegal here: keep the start's
+                run = replace(run, options=options_with(saving, optimizer_offload_fraction=kept))
+                if not is_legal(request, run):
+                    continue
+            staged = staged or staged_layout(run.model, run.layout)
+            memory = memory_of(request, run, staged)
+            over = memory.peak_reserved_bytes - memory.capacity_bytes
+            if best is None or over < best[0]:
+                best = (over, Plan(run, memory, time_of(request, run, staged)))
+    return best[1] if best else None

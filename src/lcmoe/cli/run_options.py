@@ -160,8 +160,9 @@ DISPATCHER_LIST = typer.Option(
 # Each sequence length of a sweep is one full search (seconds): 32 covers 1K to 2^40 in powers
 # of two with room to spare, and bounds the work a single command line can ask for.
 MAX_SWEEP_LENGTHS = 32
-# A range between two lengths, as the docs write it: 16k..256k, 16k...256k, 16K–256K, 4K to 256K.
-_RANGE = re.compile(r"^(.+?)\s*(?:\.{2,3}|…|–|—|\s+to\s+)\s*(.+)$", re.IGNORECASE)
+# A range between two lengths, as the docs write it: 16k..256k, 16k...256k, 16K–256K, 16k-256k,
+# 4K to 256K (a length is never negative, so "-" between two lengths can only mean a range).
+_RANGE = re.compile(r"^(.+?)\s*(?:\.{2,3}|…|–|—|-|\s+to\s+)\s*(.+)$", re.IGNORECASE)
 _ELLIPSIS = ("..", "...", "…")  # a lone entry between two lengths: 4k,…,256k
 
 
@@ -205,7 +206,7 @@ def _expand_entries(entries: list[str], *, field: str) -> list[int]:
 
 def seq_lengths(text: str, *, field: str) -> list[int]:
     """The lengths of a sequence-length list: ``4k,32k,128k``, ranges of powers of two
-    (``16k..256k``, ``16K–256K``, ``4K to 256K``, ``4k,…,256k``), repeats dropped. An empty
+    (``16k..256k``, ``16K–256K``, ``16k-256k``, ``4K to 256K``, ``4k,…,256k``), repeats dropped. An empty
     list (``,,,``) or more than MAX_SWEEP_LENGTHS lengths is refused, never an empty sweep that
     exits 0."""
     entries = [t.strip() for t in text.split(",") if t.strip()]

@@ -44,30 +44,56 @@ def _print_quiet(rows: list[dict[str, Any]]) -> None:
             if p
             else "no plan fits"
         )
-        stdout.print(f"{row['seq_len']} {text}", highlight=False)
+        stdout.print(f"{row['seq_len']} {text}", highlight=False, soft_wrap=True)
+
+
+def _cells(p: dict[str, Any]) -> list[str]:
+    """A best plan's values in COLUMNS order after "seq"."""
+    return [
+        layout_text(p["layout"]),
+        recompute_text(p),
+        p["precision"],
+        f"{p['optimizer_offload_fraction']:g}",
+        f"{p['memory']['peak_reserved_bytes'] / 1024**3:.1f}{_risk(p)}",
+        f"{p['time']['model_tflops_per_gpu']:.0f}",
+        band_text(p["time"]),
+        f"{100 * p['time']['mfu']:.1f}%",
+    ]
 
 
 def _print_table(rows: list[dict[str, Any]], title: str) -> None:
+    """One table when every cell fits the width whole, else one card per sequence length (as
+    `lcmoe plan` does: a value is never cut to "…")."""
+    from rich.padding import Padding
+
+    from lcmoe.cli.plan_view import fits
+    from lcmoe.i18n import context_language, translate, translate_renderable
+
+    lang = context_language()
     table = Table(title=title)
     for col in COLUMNS:
-        table.add_column(col, justify="left" if col in ("layout", "recompute") else "right")
+        table.add_column(col, justify="left" if col in ("layout", "recompute") else "right", no_wrap=True)
     for row in rows:
         p = row["plan"]
-        if p is None:
-            table.add_row(str(row["seq_len"]), "no plan fits", *[""] * (len(COLUMNS) - 2))
-            continue
-        table.add_row(
-            str(row["seq_len"]),
-            layout_text(p["layout"]),
-            recompute_text(p),
-            p["precision"],
-            f"{p['optimizer_offload_fraction']:g}",
-            f"{p['memory']['peak_reserved_bytes'] / 1024**3:.1f}{_risk(p)}",
-            f"{p['time']['model_tflops_per_gpu']:.0f}",
-            band_text(p["time"]),
-            f"{100 * p['time']['mfu']:.1f}%",
-        )
-    stdout.print(table)
+        cells = _cells(p) if p else ["no plan fits", *[""] * (len(COLUMNS) - 2)]
+        table.add_row(str(row["seq_len"]), *cells)
+    shown = translate_renderable(table, lang)
+    if fits(stdout, shown):
+        stdout.print(shown)
+    else:
+        stdout.print(translate(title, lang), highlight=False, markup=False)
+        for row in rows:
+            p = row["plan"]
+            stdout.print(translate(f"seq {row['seq_len']}", lang), style="bold", highlight=False, markup=False)
+            if p is None:
+                stdout.print("  " + translate("no plan fits", lang), highlight=False, markup=False)
+                continue
+            card = Table.grid(padding=(0, 2), pad_edge=True)
+            card.add_column(no_wrap=True)
+            card.add_column(overflow="fold")
+            for col, value in zip(COLUMNS[1:], _cells(p), strict=True):
+                card.add_row(col, value)
+            stdout.print(Padding(translate_renderable(card, lang), (0, 0, 0, 2), expand=False), highlight=False)
     note = at_risk_note({"plans": [row["plan"] for row in rows if row["plan"]]})
     if note:
         stdout.print(note, highlight=False)

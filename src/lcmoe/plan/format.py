@@ -39,11 +39,12 @@ def at_risk_note(payload: dict[str, Any]) -> str:
     )
 
 
-# What the step time of a DSA model rests on (README "Step time"; benchmarks/throughput_accuracy.py).
+# What the step time of a DSA model rests on (docs/how-numbers-are-made.md; benchmarks/throughput_accuracy.py).
+# No figure here: the measured ratio lives with the benchmark, not in a literal (issue #33 item 5).
 DSA_TIME_NOTE = (
     "DSA step times are not calibrated on measured sparse-attention kernels: lcmoe predicts the two "
-    "GLM-5.2 H100 runs of Bridge's verification card (untuned, deterministic) 1.6-2.1x faster than "
-    "logged; rank the plans, do not trust their absolute throughput"
+    "published GLM-5.2 H100 runs (untuned, deterministic) faster than they logged; rank the plans, do "
+    "not trust their absolute throughput"
 )
 
 
@@ -92,6 +93,63 @@ def labelled_rows(payload: dict[str, Any]) -> list[list[str]]:
         rows.append(plan_row("fallback", payload["fallback"]))
     if payload.get("reference"):
         rows.append(plan_row("guidance", payload["reference"]))
+    return rows
+
+
+# The settings PLAN_COLUMNS leaves out; shown beside the plans table (CLI and report) so that
+# every setting a plan uses is on screen.
+SETTING_COLUMNS = ("optimizer", "EP overlap", "CP exchange", "sequence parallel", "pipeline layout")
+
+
+def optimizer_text(entry: dict[str, Any]) -> str:
+    """The optimizer as a plan (or estimate's inputs) sets it: precision-aware or not, the Adam
+    moments' and the gradient buffer's dtype, and the share offloaded to the host when estimate
+    reports it."""
+    aware = bool(entry.get("precision_aware_optimizer"))
+    moments = str(entry.get("exp_avg_dtype") or ("bf16" if aware else "fp32")).upper()
+    grads = str(entry.get("main_grads_dtype") or "fp32").upper()
+    text = f"{'precision-aware' if aware else 'plain'} Adam, {moments} moments, {grads} main grads"
+    offload = entry.get("optimizer_offload_fraction")
+    if "exp_avg_dtype" in entry and offload:
+        text += f", {100 * float(offload):g}% on the host"
+    return text
+
+
+def recompute_spec(plan: dict[str, Any]) -> str:
+    """Recompute as `lcmoe estimate --recompute` takes it (full:METHOD:N keeps method and count)."""
+    rc = plan["recompute"]
+    if rc["granularity"] == "full":
+        return f"full:{rc.get('method') or 'uniform'}:{rc.get('num_layers') or 1}"
+    if rc["granularity"] == "selective":
+        return ",".join(rc["modules"]) or "none"
+    return "none"
+
+
+def setting_rows(plan: dict[str, Any]) -> list[tuple[str, str]]:
+    """(SETTING_COLUMNS label, value) for the settings PLAN_COLUMNS leaves out."""
+    lay = plan["layout"]
+    pipeline = lay.get("pipeline_layout") or ("-" if lay["pp"] == 1 else "Megatron's even split")
+    values = (
+        optimizer_text(plan),
+        "on" if plan.get("overlap_moe_expert_parallel_comm") else "off",
+        str(lay["cp_comm_type"]) if lay["cp"] > 1 else "-",
+        "on" if lay.get("sequence_parallel") else "off",
+        str(pipeline),
+    )
+    return list(zip(SETTING_COLUMNS, values, strict=True))
+
+
+def labelled_entries(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    """The plans in labelled_rows' order: the plans, then the fallback and the guidance layout."""
+    return [*payload["plans"], *(payload[k] for k in ("fallback", "reference") if payload.get(k))]
+
+
+def settings_table_rows(payload: dict[str, Any]) -> list[list[str]]:
+    """["#" label, *SETTING_COLUMNS values] per labelled row, recompute spelled whole first
+    (``full:METHOD:N``, as `lcmoe estimate --recompute` takes it): the table beside the plans."""
+    rows = []
+    for row, entry in zip(labelled_rows(payload), labelled_entries(payload), strict=True):
+        rows.append([row[0], recompute_spec(entry), *(value for _, value in setting_rows(entry))])
     return rows
 
 

@@ -8,7 +8,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -66,11 +66,16 @@ def build_report(
     *,
     sweep_lengths: Sequence[int] = DEFAULT_SWEEP,
     calibration: str | None = None,
+    advance: Callable[[], None] | None = None,
 ) -> tuple[ReportInputs, list[Figure]]:
+    """The report's inputs and plots; ``advance`` is called once per sweep length done (the
+    CLI's progress bar)."""
     payload = plan_payload(request, result)
     sweep = []
     for seq in sorted(set(sweep_lengths) | {request.seq_len}):
         found = result if seq == request.seq_len else search(replace(request, seq_len=seq, top_k=1))
+        if advance is not None:
+            advance()
         sweep.append(
             {
                 "seq_len": seq,

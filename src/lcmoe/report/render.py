@@ -16,6 +16,7 @@ from urllib.parse import quote
 from lcmoe.i18n import Language, context_language, has_cjk, translate
 from lcmoe.plan.format import (
     PLAN_COLUMNS,
+    SETTING_COLUMNS,
     at_risk_note,
     labelled_rows,
     layout_text,
@@ -23,11 +24,16 @@ from lcmoe.plan.format import (
     peft_text,
     ranking_notes,
     recompute_text,
+    settings_table_rows,
 )
 from lcmoe.report import plots
 from lcmoe.report.strings import say
 
 GIB = 1024.0**3
+
+# The settings the plans table leaves out (plan/format.py), so every setting a plan uses is shown.
+SETTINGS_HEADING = "the rest of each plan's settings"
+SETTINGS_TABLE_COLUMNS = ("#", "recompute", *SETTING_COLUMNS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +214,7 @@ document.addEventListener('DOMContentLoaded', function () {
 });
 """
 # Columns whose values may wrap: spaces in a layout, commas in a module or scope list.
-WRAP_COLUMNS = frozenset({"layout", "recompute", "graphs"})
+WRAP_COLUMNS = frozenset({"layout", "recompute", "graphs", "optimizer", "pipeline layout"})
 _SVG_SIZE = re.compile(r'^<svg([^>]*?) width="([\d.]+)pt" height="([\d.]+)pt"')
 # A plot's words (svg.fonttype none keeps them as text): titles, axis labels, legend entries.
 _SVG_TEXT = re.compile(r"(<text\b[^>]*>)([^<]*)(</text>)")
@@ -218,7 +224,9 @@ PX_PER_PT = 4.0 / 3.0
 def _cell(value: str, wrap: bool) -> str:
     if not wrap:
         return f"<td>{html.escape(value)}</td>"
-    return '<td class="wrap">' + ",<wbr>".join(html.escape(part) for part in value.split(",")) + "</td>"
+    # A line may break after each "," of a list and each "|" of a pipeline layout string.
+    parts = re.split(r"(?<=[,|])", value)
+    return '<td class="wrap">' + "<wbr>".join(html.escape(part) for part in parts) + "</td>"
 
 
 def _table(columns: tuple[str, ...], rows: list[list[str]], lang: Language = Language.EN) -> str:
@@ -280,6 +288,8 @@ def _plans_html(payload: dict[str, Any], lang: Language = Language.EN) -> list[s
         verdict = say("no_fit_need", need=need) if need else say("no_fit")
         return [*parts, f"<p>{html.escape(translate(verdict, lang))}</p>"]
     parts.append(_table(PLAN_COLUMNS, labelled_rows(payload), lang))
+    parts.append(f"<h3>{html.escape(translate(SETTINGS_HEADING, lang))}</h3>")
+    parts.append(_table(SETTINGS_TABLE_COLUMNS, settings_table_rows(payload), lang))
     notes = [*ranking_notes(payload), at_risk_note(payload)]
     parts += [f'<p class="muted">{html.escape(_period(translate(note, lang), lang))}</p>' for note in notes if note]
     return parts
@@ -420,6 +430,14 @@ def render_markdown(inputs: ReportInputs, figs: list[Figure], plots_dir: str, la
         "",
         _md_table(tuple(tr(c) for c in PLAN_COLUMNS), plan_rows) if payload["plans"] else tr(say("no_fit_short")),
     ]
+    if payload["plans"]:
+        settings = [[tr(v) for v in row] for row in settings_table_rows(payload)]
+        out += [
+            "",
+            f"### {tr(SETTINGS_HEADING)}",
+            "",
+            _md_table(tuple(tr(c) for c in SETTINGS_TABLE_COLUMNS), settings),
+        ]
     notes = [*ranking_notes(payload), at_risk_note(payload)] if payload["plans"] else []
     out += [line for note in notes if note for line in ("", _md_inline(_period(tr(note), lang)))]
     by_name = {f.name: f for f in figs}
