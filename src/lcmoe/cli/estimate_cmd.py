@@ -112,6 +112,7 @@ def estimate(
     lora_rank: int = ro.LORA_RANK,
     lora_targets: str = ro.LORA_TARGETS_OPTION,
     lora_input_regather: bool = ro.LORA_REGATHER,
+    doc_lengths: str = ro.DOC_LENGTHS,
     hardware_file: Path = ro.HW_FILE,
     hw: list[str] = ro.HW_SET,
     scaleout_gbps: float = ro.SCALEOUT,
@@ -173,6 +174,7 @@ def estimate(
             scaleout_gbps=scaleout_gbps,
             gpus_per_node=gpus_per_node,
             peft=ro.peft_options(peft, lora_rank, lora_targets, lora_input_regather),
+            doc_lengths=doc_lengths,
         )
         run = _with_knobs(run, ep_overlap=ep_overlap, main_grads_dtype=main_grads_dtype)
     _estimate_and_print(

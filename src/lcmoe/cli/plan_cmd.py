@@ -68,6 +68,7 @@ def plan(
     lora_rank: int = ro.LORA_RANK,
     lora_targets: str = ro.LORA_TARGETS_OPTION,
     lora_input_regather: bool = ro.LORA_REGATHER,
+    doc_lengths: str = ro.DOC_LENGTHS,
     rank: str = rq.RANK,
     json_output: bool = JSON,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="best plan line only"),
