@@ -216,6 +216,22 @@ def preset(name: str) -> DocLengths:
     return doc_lengths_from_shares(name, shares, share_of=share_of, source=source)
 
 
+UNKNOWN = "unknown"
+
+
+def unknown_lengths(seq_len: int) -> DocLengths:
+    """What ``check`` assumes of a config that packs documents without saying their lengths: one
+    S-token document per pack, the fixed-length cost (an upper bound on attention), with the
+    packing rules (MBS 1, no CUDA graphs) still applied."""
+    return DocLengths(
+        name=UNKNOWN,
+        lengths=(seq_len,),
+        token_shares=(1.0,),
+        source="the config packs documents but does not say their lengths: costed as one seq_len document "
+        "per pack (pass --doc-lengths)",
+    )
+
+
 # ----- files -----------------------------------------------------------------------------------
 _KEYS = frozenset({"share_of", "lengths", "source"})
 
