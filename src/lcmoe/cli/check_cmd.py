@@ -111,12 +111,13 @@ def parse_run(
         if model is None:
             parsed = parse_megatron_args(text, world_size=gpus)
             options = options_from_args(parsed.args, doc_lengths=docs) if docs is not None else parsed.options
-            return fmt, RunConfig(parsed.model, hardware, parsed.layout, options), []
+            return fmt, _planned_documents(RunConfig(parsed.model, hardware, parsed.layout, options), source), []
         # The architecture comes from --model; the arguments give layout and options only.
         spec = model if isinstance(model, ModelSpec) else resolve_model(model)
         args = tokenize_args(text)
         layout = layout_from_args(args, world_size=gpus, num_layers=spec.num_layers)
-        return fmt, RunConfig(spec, hardware, layout, options_from_args(args, doc_lengths=docs)), []
+        run = RunConfig(spec, hardware, layout, options_from_args(args, doc_lengths=docs))
+        return fmt, _planned_documents(run, source), []
     if model is None:
         raise LcmoeError(
             "--model", None, "is needed for Bridge overrides/YAML (the recipe's model)", "e.g. --model deepseek-v3"
@@ -133,7 +134,21 @@ def parse_run(
     unknown = unknown_override_keys(values)
     seq = parse_token_count(seq_len) if seq_len else None
     run = run_from_overrides(values, model=spec, hardware=hardware, num_gpus=gpus, seq_len=seq, doc_lengths=docs)
-    return fmt, run, unknown
+    return fmt, _planned_documents(run, source), unknown
+
+
+def _planned_documents(run: RunConfig, source: str) -> RunConfig:
+    """A packing config read without --doc-lengths: the documents of the plan.json beside it,
+    when there is one, instead of ``unknown_lengths``."""
+    from dataclasses import replace
+
+    from lcmoe.config_io.plan_json import plan_doc_lengths
+    from lcmoe.specs.doc_lengths import UNKNOWN
+
+    if run.options.doc_lengths is None or run.options.doc_lengths.name != UNKNOWN:
+        return run
+    planned = plan_doc_lengths(emitted_plan_inputs(source).get("doc_lengths"))
+    return replace(run, options=replace(run.options, doc_lengths=planned)) if planned is not None else run
 
 
 def check(
