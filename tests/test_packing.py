@@ -268,3 +268,21 @@ def test_fixed_length_json_has_no_packing_keys() -> None:
     doc = json.loads(stdout)
     assert "packing" not in doc and "doc_lengths" not in doc["inputs"]
     assert math.isfinite(doc["time"]["step_seconds"])
+
+
+def test_packed_json_matches_the_shipped_schema(tmp_path: Path) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    schemas = Path(__file__).resolve().parent.parent / "docs" / "schema"
+    out = tmp_path / "plan"
+    base = ["-m", "qwen3-30b-a3b", "-n", "16", "-s", "32k", "--doc-lengths", "pretrain-web"]
+    code, plan_json, err = run_cli("plan", *base, "--top", "1", "--json", "--emit", str(out), "--yes")
+    assert code == 0, err
+    code, estimate_json, err = run_cli("estimate", *base, "--tp", "2", "--ep", "8", "--json")
+    assert code in (0, 1), err
+    code, check_json, err = run_cli("check", str(out / "overrides.txt"), "--json")
+    assert code in (0, 1), err
+    for text, name in ((plan_json, "plan"), (estimate_json, "estimate"), (check_json, "check")):
+        document = json.loads(text)
+        assert document.get("packing") or document["plans"][0]["packing"], name
+        schema = json.loads((schemas / f"{name}.schema.json").read_text(encoding="utf-8"))
+        jsonschema.validate(document, schema, cls=jsonschema.Draft202012Validator)
