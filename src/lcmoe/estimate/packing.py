@@ -92,4 +92,28 @@ def packing_summary(model: ModelSpec, layout: ParallelLayout, options: TrainingO
         "attention_length": lengths.core if lengths else float(s),
         "bridge_attention_length": float(s) if bridge is None else bridge,
         "attention_share_of_fixed": (lengths.core if lengths else s) / s,
+        "caveats": packing_caveats(layout),
     }
+
+
+def packing_caveats(layout: ParallelLayout) -> list[str]:
+    """What a packed run on this layout must take care of that lcmoe's configs cannot do for it."""
+    out = []
+    if layout.cp > 1:
+        out.append(
+            f"each document must be a multiple of 2·CP = {2 * layout.cp} tokens (mcore utils.py:2406-2413): "
+            "Megatron's GPTDataset with inter_document_masking does not pad documents, so pad or trim them "
+            "to that multiple when preparing the data"
+        )
+        out.append(
+            "Bridge 0.6.2 logs TFLOP/s on seq_len² per pack when CP > 1 (gpt_step.py:394-430): the logged "
+            "TFLOP/s do not fall with the documents, the step time does"
+        )
+    if layout.pp > 2 or layout.vpp > 1:
+        out.append(
+            "Bridge 0.6.2 hands the batch (and its cu_seqlens) to middle pipeline chunks only for offline or "
+            "in-batch packing (gpt_step.py:109-124, 290-313): with GPTDataset inter_document_masking and "
+            "PP > 2 or VPP > 1 the middle chunks get no document boundaries; use PP ≤ 2 without VPP, or check "
+            "your release"
+        )
+    return out
