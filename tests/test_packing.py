@@ -286,3 +286,15 @@ def test_packed_json_matches_the_shipped_schema(tmp_path: Path) -> None:
         assert document.get("packing") or document["plans"][0]["packing"], name
         schema = json.loads((schemas / f"{name}.schema.json").read_text(encoding="utf-8"))
         jsonschema.validate(document, schema, cls=jsonschema.Draft202012Validator)
+
+
+def test_sparse_attention_keeps_the_fixed_length_kernel_chunk() -> None:
+    """DSA's top-k core reads k keys per query whatever the document's length (work ∝ d, not d²),
+    so the ŝ-weighted chunk does not apply: the chunk stays s/cp/2; only the FLOPs follow ŝ."""
+    fixed = with_layout(
+        make_run("glm-5.2", seq_len=S, tp=1, cp=2, ep=32, pp=4, vpp=1, gpus=256), cp_comm_type="all_gather"
+    )
+    packed = with_options(fixed, doc_lengths=docs((1024, 1.0)))
+    assert time_amounts(packed).attention_chunk == time_amounts(fixed).attention_chunk == S / 4
+    qwen_packed = with_options(qwen(cp=2), doc_lengths=docs((1024, 1.0)))
+    assert time_amounts(qwen_packed).attention_chunk == 1024 / 4

@@ -138,14 +138,16 @@ def model_flops_per_token(
     return lora_model_flops_per_token(breakdown) if options.is_lora else breakdown.total
 
 
-def attention_chunk(layout: ParallelLayout, options: TrainingOptions) -> float:
+def attention_chunk(layout: ParallelLayout, options: TrainingOptions, *, sparse: bool = False) -> float:
     """Query rows one attention kernel call works on, per rank: s/cp, halved under CP (the two
     load-balance chunks). Packed documents: each document d runs as its own 2·CP chunks of
     d/(2·CP); the kernel-saturation time Σ F_d·(1 + L½/c_d)/R with F_d ∝ d² and c_d ∝ d equals
     that of one chunk of the FLOP-weighted harmonic mean, Σd²/Σd = ŝ (DocLengths.attention_length),
-    so ŝ takes the place of s."""
+    so ŝ takes the place of s. ``sparse`` (DSA): the top-k core's work is ∝ d, not d², so that
+    weighting does not hold; it keeps the fixed-length chunk (lcmoe has no per-document measure
+    of the sparse kernel)."""
     docs = options.doc_lengths
-    length = options.seq_len if docs is None else docs.attention_length(options.seq_len)
+    length = options.seq_len if docs is None or sparse else docs.attention_length(options.seq_len)
     return length / layout.cp / (2 if layout.cp > 1 else 1)
 
 
@@ -414,7 +416,7 @@ def time_amounts(run: RunConfig, staged: StagedLayout | None = None) -> RunAmoun
         dense_gemm_rows=options.seq_len * layout.mbs / layout.cp,
         expert_gemm_size=model.expert_width * model.expert_ffn / layout.etp if model.is_moe else 0.0,
         local_experts=local_experts if model.is_moe else 0.0,
-        attention_chunk=attention_chunk(layout, options),
+        attention_chunk=attention_chunk(layout, options, sparse=model.is_dsa),
         dispatcher=options.dispatcher,
         ep_overlap=options.overlap_moe_expert_parallel_comm,
         cuda_graph_scope=frozenset(options.cuda_graph_scope),
