@@ -127,6 +127,17 @@ def test_bridge_tflops_follow_the_documents_only_at_cp1() -> None:
         per_token = flops_per_token(packed.model, S, tp=2, core_len=core).total
         assert time_amounts(packed).model_flops_per_step == pytest.approx(fixed.layout.gbs * S * per_token)
     assert flops_per_token(fixed.model, S, tp=2, core_len=S).total == flops_per_token(fixed.model, S, tp=2).total
+    # At CP 2 Bridge's count over the documents' is flops(core = S) / flops(core = 4096·share).
+    from lcmoe.estimate.packing import counted_over_real_flops
+
+    share = 1 / (1 + 1.5 / 4096)
+    ratio = (
+        flops_per_token(fixed.model, S, tp=2).total / flops_per_token(fixed.model, S, tp=2, core_len=4096 * share).total
+    )
+    assert counted_over_real_flops(packed.model, packed.layout, packed.options) == pytest.approx(ratio)
+    assert ratio > 1
+    cp1 = with_options(qwen(), doc_lengths=docs((4096, 1.0)))
+    assert counted_over_real_flops(cp1.model, cp1.layout, cp1.options) == pytest.approx(1.0)
 
 
 def test_sliding_window_time_uses_each_document() -> None:

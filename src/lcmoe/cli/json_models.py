@@ -107,6 +107,10 @@ class Packing(_Open):
         description="Bridge's ŝ = S2/S1 behind the TFLOP/s: the documents' at CP 1, seq_len at CP > 1"
     )
     attention_share_of_fixed: float
+    counted_over_real_flops: float = Field(
+        description="Bridge's model FLOPs over the real documents' (1 at CP 1; > 1 at CP > 1)"
+    )
+    caveats: list[str]
 
 
 class Reason(_Open):

@@ -92,8 +92,23 @@ def packing_summary(model: ModelSpec, layout: ParallelLayout, options: TrainingO
         "attention_length": lengths.core if lengths else float(s),
         "bridge_attention_length": float(s) if bridge is None else bridge,
         "attention_share_of_fixed": (lengths.core if lengths else s) / s,
+        "counted_over_real_flops": counted_over_real_flops(model, layout, options),
         "caveats": packing_caveats(layout),
     }
+
+
+def counted_over_real_flops(model: ModelSpec, layout: ParallelLayout, options: TrainingOptions) -> float:
+    """Bridge's model FLOPs per pack over those of the real documents (both on Bridge's formula,
+    ``estimate.flops``): 1 at CP = 1, above 1 at CP > 1 where Bridge counts seq_len² per pack, so
+    its logged TFLOP/s (and MFU, which can pass 100%) over-state the work by this factor."""
+    from lcmoe.estimate.flops import flops_per_token
+
+    lengths = attention_lengths(model, layout, options)
+    if lengths is None:
+        return 1.0
+    s, tp = options.seq_len, layout.tp
+    counted = flops_per_token(model, s, tp=tp, core_len=bridge_core_length(layout, options)).total
+    return counted / flops_per_token(model, s, tp=tp, core_len=lengths.core).total
 
 
 def packing_caveats(layout: ParallelLayout) -> list[str]:
@@ -107,7 +122,8 @@ def packing_caveats(layout: ParallelLayout) -> list[str]:
         )
         out.append(
             "Bridge 0.6.2 logs TFLOP/s on seq_len² per pack when CP > 1 (gpt_step.py:394-430): the logged "
-            "TFLOP/s do not fall with the documents, the step time does"
+            "TFLOP/s (and lcmoe's, which follow Bridge) do not fall with the documents while the step time does, "
+            "so they over-state the work by packing.counted_over_real_flops (MFU can pass 100%)"
         )
     if layout.pp > 2 or layout.vpp > 1:
         out.append(
