@@ -10,7 +10,7 @@ from rich.table import Table
 
 from lcmoe.cli import run_options as ro
 from lcmoe.cli.common import EXIT_FINDINGS, JSON, abort, print_json, stdout
-from lcmoe.plan.format import peft_text
+from lcmoe.plan.format import packing_text, peft_text
 
 # Allocated components sum to "peak allocated"; adding the reserved-only ones gives "peak reserved".
 ALLOCATED_COMPONENTS = (
@@ -307,6 +307,8 @@ def render_estimate(result: dict[str, Any], *, quiet: bool = False) -> None:
         + (f"; {peft_text(inputs['peft'])}" if inputs.get("peft") else "")
     )
     stdout.print(settings_line(inputs, layout), highlight=False)
+    if inputs.get("doc_lengths"):
+        stdout.print(packing_text(inputs["doc_lengths"], result.get("packing")), highlight=False)
     table = Table(title="per-GPU memory by pipeline stage (GiB; worst GPU of each stage)")
     table.add_column("component")
     stages = memory["stages"]
