@@ -11,6 +11,7 @@ import pytest
 
 from lcmoe.config_io.bridge import MIXED_PRECISION, overrides_from_run
 from lcmoe.run import RunConfig
+from lcmoe.specs.doc_lengths import preset
 from tests import bridge_fields as bf
 from tests.helpers import make_run, with_layout, with_options
 
@@ -37,6 +38,8 @@ def _feature_runs() -> list[RunConfig]:
         ),
         make_run("llama3-70b", cp=4, ep=1, pp=8, vpp=5, gpus=256, dispatcher="alltoall"),
         make_run("qwen3-30b-a3b", tp=2, cp=1, ep=8, pp=1, vpp=1, gpus=16, peft="lora", lora_input_regather=True),
+        # Packed documents: dataset.inter_document_masking (inherited from MCore's GPTDatasetConfig).
+        make_run("qwen3-30b-a3b", tp=2, cp=2, ep=8, pp=1, vpp=1, gpus=16, doc_lengths=preset("sft-chat")),
     ]
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from lcmoe.errors import LcmoeError
+from lcmoe.specs.doc_lengths import DocLengths
 
 RecomputeGranularity = Literal["none", "selective", "full"]
 RecomputeMethod = Literal["uniform", "block"]
@@ -141,6 +142,9 @@ class TrainingOptions:
 
     seq_len: int
     precision: str = "bf16"
+    # The data's document lengths, packed into seq_len-token packs with one attention mask per
+    # document (THD); None: every sample is one seq_len-token document (fixed length).
+    doc_lengths: DocLengths | None = None
     # FP8/FP4 parameters (Megatron ``--fp8-param-gather`` / ``--fp4-param-gather``, Bridge
     # ``mixed_precision.fp8_param_gather`` / ``fp4_param_gather``); None = what Bridge's
     # mixed-precision recipe for ``precision`` sets (``quantized_params``).
@@ -196,6 +200,11 @@ class TrainingOptions:
         _check_field_types(self)
         _check_single_fields(self)
         _check_combinations(self)
+
+    @property
+    def is_packed(self) -> bool:
+        """Whether samples are packs of several documents (THD, per-document attention)."""
+        return self.doc_lengths is not None
 
     @property
     def is_lora(self) -> bool:
@@ -260,6 +269,8 @@ def _check_single_fields(o: TrainingOptions) -> None:
     """Each run field's own rule: ranges, and names Megatron knows."""
     if isinstance(o.seq_len, bool) or not isinstance(o.seq_len, int) or not 1 <= o.seq_len <= 2**40:
         raise LcmoeError("seq_len", o.seq_len, "must be a whole number from 1 to 2^40", "e.g. --seq-len 128k")
+    if o.doc_lengths is not None and not isinstance(o.doc_lengths, DocLengths):
+        raise LcmoeError("doc_lengths", o.doc_lengths, "must be a document-length histogram or unset", "--doc-lengths")
     if o.precision not in PRECISIONS:
         raise LcmoeError("precision", o.precision, f"must be one of {', '.join(PRECISIONS)}", "e.g. bf16")
     if not 0.0 <= o.optimizer_offload_fraction <= 1.0:

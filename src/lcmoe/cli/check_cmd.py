@@ -79,6 +79,7 @@ def parse_run(
     seq_len: str | None,
     hardware: HardwareSpec,
     source: str = "-",
+    doc_lengths: str | None = None,
 ) -> tuple[str, RunConfig | None, list[dict[str, Any]]]:
     """The run a config describes: (format, run, unknown keys or flags). Unknown flags stop the
     parse (run None); ``gpu`` is unused (the hardware is resolved) and kept for the callers."""
@@ -88,13 +89,20 @@ def parse_run(
     from lcmoe.config_io.known_fields import unknown_flags, unknown_override_keys
     from lcmoe.config_io.megatron_args import layout_from_args, options_from_args, parse_megatron_args, tokenize_args
     from lcmoe.run import RunConfig
+    from lcmoe.specs.doc_lengths import load_doc_lengths
     from lcmoe.units import parse_token_count
 
+    docs = load_doc_lengths(doc_lengths) if doc_lengths else None
     emitted = read_emitted(source, text)
     if emitted is not None and emitted.plan is not None:
+        from dataclasses import replace
+
         from lcmoe.config_io.plan_json import run_from_plan
 
-        return emitted.kind, run_from_plan(emitted.plan, hardware=hardware), []
+        run = run_from_plan(emitted.plan, hardware=hardware)
+        if docs is not None:  # --doc-lengths replaces the plan's documents
+            run = replace(run, options=replace(run.options, doc_lengths=docs))
+        return emitted.kind, run, []
     fmt = emitted.kind if emitted is not None else detect_format(text)
     if fmt == "megatron-args":
         unknown = unknown_flags("--" + name for name in tokenize_args(text))
@@ -102,12 +110,14 @@ def parse_run(
             return fmt, None, unknown
         if model is None:
             parsed = parse_megatron_args(text, world_size=gpus)
-            return fmt, RunConfig(parsed.model, hardware, parsed.layout, parsed.options), []
+            options = options_from_args(parsed.args, doc_lengths=docs) if docs is not None else parsed.options
+            return fmt, _planned_documents(RunConfig(parsed.model, hardware, parsed.layout, options), source), []
         # The architecture comes from --model; the arguments give layout and options only.
         spec = model if isinstance(model, ModelSpec) else resolve_model(model)
         args = tokenize_args(text)
         layout = layout_from_args(args, world_size=gpus, num_layers=spec.num_layers)
-        return fmt, RunConfig(spec, hardware, layout, options_from_args(args)), []
+        run = RunConfig(spec, hardware, layout, options_from_args(args, doc_lengths=docs))
+        return fmt, _planned_documents(run, source), []
     if model is None:
         raise LcmoeError(
             "--model", None, "is needed for Bridge overrides/YAML (the recipe's model)", "e.g. --model deepseek-v3"
@@ -123,7 +133,22 @@ def parse_run(
         values = flatten(read_yaml_text(text, origin="config YAML"))
     unknown = unknown_override_keys(values)
     seq = parse_token_count(seq_len) if seq_len else None
-    return fmt, run_from_overrides(values, model=spec, hardware=hardware, num_gpus=gpus, seq_len=seq), unknown
+    run = run_from_overrides(values, model=spec, hardware=hardware, num_gpus=gpus, seq_len=seq, doc_lengths=docs)
+    return fmt, _planned_documents(run, source), unknown
+
+
+def _planned_documents(run: RunConfig, source: str) -> RunConfig:
+    """A packing config read without --doc-lengths: the documents of the plan.json beside it,
+    when there is one, instead of ``unknown_lengths``."""
+    from dataclasses import replace
+
+    from lcmoe.config_io.plan_json import plan_doc_lengths
+    from lcmoe.specs.doc_lengths import UNKNOWN
+
+    if run.options.doc_lengths is None or run.options.doc_lengths.name != UNKNOWN:
+        return run
+    planned = plan_doc_lengths(emitted_plan_inputs(source).get("doc_lengths"))
+    return replace(run, options=replace(run.options, doc_lengths=planned)) if planned is not None else run
 
 
 def check(
@@ -134,6 +159,13 @@ def check(
         None, "--gpus", "-n", help="total GPUs (default: the plan.json's)", callback=ro.check_gpus
     ),
     seq_len: str = typer.Option(None, "--seq-len", "-s", help="if the config does not set it"),
+    doc_lengths: str = typer.Option(
+        None,
+        "--doc-lengths",
+        metavar="PRESET|FILE",
+        help="the documents a packing config (dataset.inter_document_masking, "
+        "--dataloader-inter-document-masking) packs; default: the plan.json's, else one seq_len document per pack",
+    ),
     megatron_core_version: str = typer.Option("0.19.2", "--megatron-core-version"),
     hardware_file: Path = ro.HW_FILE,
     hw: list[str] = ro.HW_SET,
@@ -158,6 +190,7 @@ def check(
         seq_len=seq_len,
         hardware=hardware,
         source=source,
+        doc_lengths=doc_lengths,
     )
     not_held = _intended_overrides(intended, text, fmt) if intended is not None else None
     result = _findings(run, unknown, fmt, not_held, megatron_core_version, calibration)

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from lcmoe.cli import run_options as ro
 from lcmoe.cli.common import EXIT_FINDINGS, JSON, abort, print_json, stdout
-from lcmoe.plan.format import peft_text
+from lcmoe.plan.format import packing_text, peft_text
 
 # Allocated components sum to "peak allocated"; adding the reserved-only ones gives "peak reserved".
 ALLOCATED_COMPONENTS = (
@@ -112,6 +112,7 @@ def estimate(
     lora_rank: int = ro.LORA_RANK,
     lora_targets: str = ro.LORA_TARGETS_OPTION,
     lora_input_regather: bool = ro.LORA_REGATHER,
+    doc_lengths: str = ro.DOC_LENGTHS,
     hardware_file: Path = ro.HW_FILE,
     hw: list[str] = ro.HW_SET,
     scaleout_gbps: float = ro.SCALEOUT,
@@ -173,6 +174,7 @@ def estimate(
             scaleout_gbps=scaleout_gbps,
             gpus_per_node=gpus_per_node,
             peft=ro.peft_options(peft, lora_rank, lora_targets, lora_input_regather),
+            doc_lengths=doc_lengths,
         )
         run = _with_knobs(run, ep_overlap=ep_overlap, main_grads_dtype=main_grads_dtype)
     _estimate_and_print(
@@ -305,6 +307,8 @@ def render_estimate(result: dict[str, Any], *, quiet: bool = False) -> None:
         + (f"; {peft_text(inputs['peft'])}" if inputs.get("peft") else "")
     )
     stdout.print(settings_line(inputs, layout), highlight=False)
+    if inputs.get("doc_lengths"):
+        stdout.print(packing_text(inputs["doc_lengths"], result.get("packing")), highlight=False)
     table = Table(title="per-GPU memory by pipeline stage (GiB; worst GPU of each stage)")
     table.add_column("component")
     stages = memory["stages"]

@@ -84,6 +84,35 @@ class Peft(_Open):
     targets: list[str]
 
 
+class DocLengths(_Open):
+    """The packed documents' histogram (``--doc-lengths``) and its expectations at seq_len."""
+
+    name: str = Field(description="preset name, file name, or 'unknown' (a packing config read without lengths)")
+    source: str
+    lengths: list[int] = Field(description="document lengths, tokens, ascending")
+    token_shares: list[float] = Field(description="share of all tokens in documents of each length; sums to 1")
+    attention_length: float = Field(description="ŝ = E[Σ dᵢ²]/seq_len, documents longer than seq_len split")
+    attention_share_of_fixed: float = Field(description="ŝ / seq_len: core attention against fixed length")
+    docs_per_pack: float
+
+
+class Packing(_Open):
+    """What the packed documents change for one plan's layout (per pack token)."""
+
+    pad_multiple: int = Field(description="each document padded to a multiple of this: 2·CP under CP, else 1")
+    real_token_share: float = Field(description="real tokens per pack slot after that padding")
+    docs_per_pack: float
+    attention_length: float = Field(description="what the attention kernels run: ŝ · real_token_share")
+    bridge_attention_length: float = Field(
+        description="Bridge's ŝ = S2/S1 behind the TFLOP/s: the documents' at CP 1, seq_len at CP > 1"
+    )
+    attention_share_of_fixed: float
+    counted_over_real_flops: float = Field(
+        description="Bridge's model FLOPs over the real documents' (1 at CP 1; > 1 at CP > 1)"
+    )
+    caveats: list[str]
+
+
 class Reason(_Open):
     rule: str
     text: str
@@ -105,6 +134,7 @@ class Plan(_Open):
     memory: Memory
     time: Time
     reasons: list[Reason]
+    packing: Packing | None = Field(default=None, description="only with --doc-lengths")
 
 
 class PlanInputs(_Open):
@@ -117,6 +147,7 @@ class PlanInputs(_Open):
     memory_margin: float
     megatron_core_version: str
     peft: Peft | None
+    doc_lengths: DocLengths | None = Field(default=None, description="only with --doc-lengths")
     # The full specs, so `--plan`/`--from-plan` work without the files they came from (newer plans).
     model_spec: dict[str, Any] | None = None
     hardware_spec: dict[str, Any] | None = None
@@ -159,6 +190,7 @@ class EstimateInputs(_Open):
     precision_aware_optimizer: bool
     main_grads_dtype: Literal["fp32", "bf16"]
     overlap_moe_expert_parallel_comm: bool
+    doc_lengths: DocLengths | None = Field(default=None, description="only with --doc-lengths")
 
 
 class EstimateDocument(_Open):
@@ -169,6 +201,7 @@ class EstimateDocument(_Open):
     layout: Layout
     memory: Memory
     time: Time
+    packing: Packing | None = Field(default=None, description="only with --doc-lengths")
 
 
 class Violation(_Open):
@@ -196,6 +229,7 @@ class CheckDocument(_Open):
     layout: Layout | None = None
     memory: Memory | None = None
     time: Time | None = None
+    packing: Packing | None = None
 
 
 class SweepRow(_Open):

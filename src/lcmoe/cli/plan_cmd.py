@@ -20,6 +20,7 @@ from lcmoe.plan.format import (
     at_risk_note,
     layout_text,
     model_notes,
+    packing_text,
     peft_text,
     plans_title,
     ranking_notes,
@@ -68,6 +69,7 @@ def plan(
     lora_rank: int = ro.LORA_RANK,
     lora_targets: str = ro.LORA_TARGETS_OPTION,
     lora_input_regather: bool = ro.LORA_REGATHER,
+    doc_lengths: str = ro.DOC_LENGTHS,
     rank: str = rq.RANK,
     json_output: bool = JSON,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="best plan line only"),
@@ -186,6 +188,8 @@ def render_plans(payload: dict[str, Any]) -> None:
     )
     if inputs.get("peft"):
         stdout.print(peft_text(inputs["peft"]))
+    if inputs.get("doc_lengths") and payload["plans"]:
+        stdout.print(packing_text(inputs["doc_lengths"], payload["plans"][0].get("packing")), highlight=False)
     if not payload["plans"]:
         need = payload.get("min_gpus_needed")
         stdout.print(

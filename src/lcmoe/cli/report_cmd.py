@@ -69,6 +69,7 @@ def report(
     lora_rank: int = ro.LORA_RANK,
     lora_targets: str = ro.LORA_TARGETS_OPTION,
     lora_input_regather: bool = ro.LORA_REGATHER,
+    doc_lengths: str = ro.DOC_LENGTHS,
     rank: str = rq.RANK,
     json_output: bool = typer.Option(False, "--json", help="print the plan JSON the report shows"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the written paths"),

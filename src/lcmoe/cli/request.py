@@ -66,6 +66,7 @@ class PlanOptions:
     lora_targets: str = ""  # comma list of LoRA target modules
     lora_input_regather: bool = False
     rank: str = "conservative"  # RANK_CHOICES
+    doc_lengths: str | None = None  # --doc-lengths as typed; None: fixed length
 
     @classmethod
     def from_params(cls, params: dict[str, Any], **fixed: Any) -> PlanOptions:
@@ -103,6 +104,7 @@ def plan_request(options: PlanOptions, *, seq_len: int | None = None, evidence: 
     else the options' own --seq-len); ``evidence`` reuses already-loaded time evidence."""
     from lcmoe.plan.search import PlanRequest
     from lcmoe.run import check_precision_supported
+    from lcmoe.specs.doc_lengths import load_doc_lengths
     from lcmoe.units import parse_token_count
     from lcmoe.workload import DISPATCHERS, PRECISIONS
 
@@ -124,6 +126,7 @@ def plan_request(options: PlanOptions, *, seq_len: int | None = None, evidence: 
         options.dispatchers, option="--dispatchers", allowed=DISPATCHERS, example="alltoall,deepep"
     )
     _check_scalars(options)
+    docs = load_doc_lengths(options.doc_lengths) if options.doc_lengths else None
     return PlanRequest(
         model=spec,
         hardware=hardware,
@@ -136,10 +139,12 @@ def plan_request(options: PlanOptions, *, seq_len: int | None = None, evidence: 
         memory_margin=options.margin,
         megatron_core_version=options.megatron_core_version,
         allow_offload=not options.no_offload,
-        allow_cuda_graphs=not options.no_cuda_graphs,
+        # Packed documents change shapes every step: no CUDA graphs (L-PACK-GRAPHS).
+        allow_cuda_graphs=not options.no_cuda_graphs and docs is None,
         time_coefficients=ro.time_coefficients(options.calibration, hardware),
         time_evidence=evidence if evidence is not None else time_evidence(),
         rank="expected" if options.rank == "expected" else "conservative",
+        doc_lengths=docs,
         **peft,
     )
 

@@ -115,6 +115,15 @@ LORA_TARGETS_OPTION = typer.Option(
     help="comma list of LoRA target modules, from: " + ", ".join(sorted(LORA_TARGETS)),
     autocompletion=complete_list(sorted(LORA_TARGETS), exclusive=()),
 )
+DOC_LENGTHS = typer.Option(
+    None,
+    "--doc-lengths",
+    metavar="PRESET|FILE",
+    help="document lengths packed into each --seq-len sample (THD, per-document attention masks): fixed "
+    "(default: one document per sample), a preset (pretrain-web, pretrain-long, sft-chat; illustrative) or a "
+    "histogram file (.yaml/.json: share_of + lengths {L: share}; .csv: 'length,tokens' or 'length,documents')",
+    autocompletion=complete_one(("fixed", "pretrain-web", "pretrain-long", "sft-chat")),
+)
 LORA_REGATHER = typer.Option(
     False, "--lora-input-regather", help="LoRA.sequence_parallel_input_regather: keep LoRA-A inputs sequence-local"
 )
@@ -289,6 +298,7 @@ class RunKnobs:
     scaleout_gbps: float | None
     gpus_per_node: int | None
     peft: dict[str, Any] | None = None  # TrainingOptions' peft / lora_* fields (peft_options)
+    doc_lengths: str | None = None  # --doc-lengths as typed (None: fixed length)
 
 
 def build_run(**knobs: Any) -> RunConfig:
@@ -301,6 +311,7 @@ def build_run(**knobs: Any) -> RunConfig:
 def run_from_knobs(knobs: RunKnobs) -> RunConfig:
     """Resolve the model and hardware, check precision and recompute, build the layout and options."""
     from lcmoe.run import build_layout, check_precision_supported, parse_recompute
+    from lcmoe.specs.doc_lengths import load_doc_lengths
     from lcmoe.units import parse_token_count
     from lcmoe.workload import TrainingOptions
 
@@ -349,6 +360,7 @@ def run_from_knobs(knobs: RunKnobs) -> RunConfig:
         exp_avg_dtype=state_dtype,
         moe_token_imbalance=knobs.moe_imbalance,
         expandable_segments=knobs.expandable_segments,
+        doc_lengths=load_doc_lengths(knobs.doc_lengths) if knobs.doc_lengths else None,
         **(knobs.peft or {}),
     )
     return RunConfig(spec, hardware, layout, options)

@@ -118,6 +118,7 @@ def sweep(
     lora_rank: int = ro.LORA_RANK,
     lora_targets: str = ro.LORA_TARGETS_OPTION,
     lora_input_regather: bool = ro.LORA_REGATHER,
+    doc_lengths: str = ro.DOC_LENGTHS,
     rank: str = rq.RANK,
     json_output: bool = JSON,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="one line per sequence length"),

@@ -21,6 +21,7 @@ import yaml
 from lcmoe.errors import LcmoeError
 from lcmoe.layout import ParallelLayout
 from lcmoe.run import RunConfig, derive_dp
+from lcmoe.specs.doc_lengths import DocLengths, unknown_lengths
 from lcmoe.specs.hardware import HardwareSpec
 from lcmoe.specs.model import ModelSpec
 from lcmoe.units import real_number, whole_number
@@ -311,6 +312,11 @@ def overrides_from_run(run: RunConfig) -> dict[str, Any]:
         out["optimizer.optimizer_cpu_offload"] = True
         out["optimizer.optimizer_offload_fraction"] = opt.optimizer_offload_fraction
         out["optimizer.overlap_cpu_optimizer_d2h_h2d"] = True
+    if opt.doc_lengths is not None:
+        # One attention mask per document: GPTDataset returns cu_seqlens of the document
+        # boundaries inside each sample (mcore datasets/gpt_dataset.py:80-82, 287-333), which
+        # Bridge's GPTDatasetConfig inherits.
+        out["dataset.inter_document_masking"] = True
     if opt.is_lora:
         # The PEFT recipe (``recipe_for``) builds cfg.peft = LoRA(); these set its fields (peft/lora.py).
         out["peft.dim"] = opt.lora_rank
@@ -372,9 +378,17 @@ def _list(value: Any) -> list[str]:
 
 
 def run_from_overrides(
-    values: dict[str, Any], *, model: ModelSpec, hardware: HardwareSpec, num_gpus: int, seq_len: int | None = None
+    values: dict[str, Any],
+    *,
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    num_gpus: int,
+    seq_len: int | None = None,
+    doc_lengths: DocLengths | None = None,
 ) -> RunConfig:
-    """The run a set of Bridge overrides (or a flattened YAML dump) describes."""
+    """The run a set of Bridge overrides (or a flattened YAML dump) describes. ``doc_lengths``:
+    the documents a packing config (``dataset.inter_document_masking`` or offline packing) packs;
+    unset there, ``unknown_lengths``."""
     tp = _int(values, "model.tensor_model_parallel_size", 1)
     pp = _int(values, "model.pipeline_model_parallel_size", 1)
     cp = _int(values, "model.context_parallel_size", 1)
@@ -460,9 +474,31 @@ def run_from_overrides(
         exp_avg_dtype="bf16" if aware and _get(values, "optimizer.exp_avg_dtype", "bf16") == "bf16" else "fp32",
         main_params_dtype=_sixteen_bit(_get(values, "optimizer.main_params_dtype", "fp32")) if aware else "fp32",
         optimizer_offload_fraction=offload,
+        doc_lengths=packed_doc_lengths(
+            _flag(values, "dataset.inter_document_masking", False)
+            or _flag(values, "dataset.enable_offline_packing", False),
+            doc_lengths,
+            seq,
+            config_key="dataset.inter_document_masking",
+        ),
         **_peft_fields(values),
     )
     return RunConfig(model, hardware, layout, options)
+
+
+def packed_doc_lengths(packed: bool, given: DocLengths | None, seq_len: int, *, config_key: str) -> DocLengths | None:
+    """The documents of a read-back config: ``given`` (``--doc-lengths``) or ``unknown_lengths``
+    when the config packs documents, None when it does not (a ``--doc-lengths`` then is an error)."""
+    if packed:
+        return given if given is not None else unknown_lengths(seq_len)
+    if given is not None:
+        raise LcmoeError(
+            "--doc-lengths",
+            given.name,
+            f"is given but the config packs no documents ({config_key} is not set)",
+            f"set {config_key} or drop --doc-lengths",
+        )
+    return None
 
 
 def _layout_text(value: Any) -> str | None:

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from lcmoe.errors import LcmoeError
 from lcmoe.layout import ParallelLayout
+from lcmoe.specs.doc_lengths import DocLengths
 from lcmoe.specs.model import ModelSpec, model_from_dict, split_hybrid_pattern
 from lcmoe.units import real_number, whole_number
 from lcmoe.workload import TrainingOptions
@@ -274,7 +275,11 @@ def _dispatcher(args: dict[str, Any]) -> str:
     return kind
 
 
-def options_from_args(args: dict[str, Any]) -> TrainingOptions:
+def options_from_args(args: dict[str, Any], *, doc_lengths: DocLengths | None = None) -> TrainingOptions:
+    """The options a Megatron-LM command line sets; ``doc_lengths``: the documents
+    ``--dataloader-inter-document-masking`` packs (unset: ``unknown_lengths``)."""
+    from lcmoe.config_io.bridge import packed_doc_lengths
+
     granularity = _choice(args, "recompute-granularity", "none", ("none", "full", "selective"))
     method = _choice(args, "recompute-method", "uniform", ("uniform", "block"))
     modules = args.get("recompute-modules") or (["core_attn"] if granularity == "selective" else [])
@@ -333,6 +338,12 @@ def options_from_args(args: dict[str, Any]) -> TrainingOptions:
         moe_router_dtype_fp32=args.get("moe-router-dtype") == "fp32",
         overlap_moe_expert_parallel_comm=_switch(args, "overlap-moe-expert-parallel-comm"),
         cuda_graph_scope=graphs,
+        doc_lengths=packed_doc_lengths(
+            _switch(args, "dataloader-inter-document-masking"),
+            doc_lengths,
+            _int(args, "seq-length", 4096) or 4096,
+            config_key="--dataloader-inter-document-masking",
+        ),
     )
 
 

@@ -13,6 +13,7 @@ from lcmoe.errors import LcmoeError
 from lcmoe.layout import ParallelLayout
 from lcmoe.run import RunConfig
 from lcmoe.safe_io import load_json, read_text_capped
+from lcmoe.specs.doc_lengths import DocLengths, doc_lengths_from_shares
 from lcmoe.specs.hardware import HardwareSpec, hardware_from_dict
 from lcmoe.specs.model import ModelSpec, model_from_dict
 from lcmoe.units import real_number, whole_number
@@ -134,6 +135,7 @@ def run_from_plan(doc: dict[str, Any], *, index: int = 0, hardware: HardwareSpec
             dispatcher=_text(entry, "dispatcher"),
             cuda_graph_scope=_texts(entry, "cuda_graph_scope"),
             overlap_moe_expert_parallel_comm=_flag(entry, "overlap_moe_expert_parallel_comm"),
+            doc_lengths=plan_doc_lengths(inputs.get("doc_lengths")),
             **_peft(entry.get("peft")),
         )
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
@@ -141,6 +143,33 @@ def run_from_plan(doc: dict[str, Any], *, index: int = 0, hardware: HardwareSpec
             "--plan", f"plans[{index}]", f"is missing or has a bad field ({exc})", "re-run lcmoe plan"
         ) from None
     return RunConfig(model, hw, layout, options)
+
+
+def plan_doc_lengths(doc: Any) -> DocLengths | None:
+    """The packed documents a plan was made for (``inputs.doc_lengths``; absent or null: fixed
+    length), rebuilt from its lengths and token shares with every value checked."""
+    if doc is None:
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("lengths"), list):
+        raise LcmoeError("plan inputs.doc_lengths", doc, "must hold lengths and token_shares", "re-run lcmoe plan")
+    lengths, shares = doc["lengths"], doc.get("token_shares")
+    if not isinstance(shares, list) or len(shares) != len(lengths):
+        raise LcmoeError(
+            "plan inputs.doc_lengths", doc.get("name"), "needs one token share per length", "re-run lcmoe plan"
+        )
+    pairs: dict[Any, Any] = {}
+    for length, share in zip(lengths, shares, strict=True):
+        if not isinstance(length, int) or isinstance(length, bool) or length in pairs:
+            raise LcmoeError(
+                "plan inputs.doc_lengths length", length, "must be distinct whole numbers", "re-run lcmoe plan"
+            )
+        pairs[length] = share
+    name, source = doc.get("name"), doc.get("source", "")
+    return doc_lengths_from_shares(
+        name if isinstance(name, str) else "plan.json",
+        pairs,
+        source=source if isinstance(source, str) else "",
+    )
 
 
 def _peft(doc: dict[str, Any] | None) -> dict[str, Any]:

@@ -100,6 +100,9 @@ def megatron_lm_args(run: RunConfig) -> list[str]:
         # A BF16 gradient buffer with the plain optimizer (arguments.py: grad_reduce_in_bf16 turns
         # accumulate_allreduce_grads_in_fp32 off).
         args.append("--grad-reduce-in-bf16")
+    if opt.doc_lengths is not None:
+        # Per-document attention masks from the document boundaries (arguments.py, dataloader group).
+        args.append("--dataloader-inter-document-masking")
     if opt.optimizer_offload_fraction > 0:
         args += [
             "--optimizer-cpu-offload",

@@ -67,6 +67,7 @@ def run_md(
             "speed and memory, useless for a model). Pass `--data-path PREFIX` (repeatable) to `lcmoe plan --emit`, "
             "or add `dataset.data_path=[PREFIX,…]` to the launcher."
         )
+    data += _packing_text(best, inputs)
     recipe = (
         f"Recipe: `{settings.recipe}` (Megatron Bridge), with the plan's overrides on top."
         if settings.has_recipe
@@ -102,6 +103,21 @@ with the numbers above; `lcmoe check plan.json` or `lcmoe check launch.sbatch` r
 Rollback: `fallback/` holds a plan with ≥ 20% memory headroom. `.lcmoe-manifest.json` lists the files lcmoe
 wrote here (`--emit … --force` replaces only those).
 """
+
+
+def _packing_text(best: dict[str, Any], inputs: dict[str, Any]) -> str:
+    """RUN.md's paragraph on packed documents (nothing for fixed-length samples)."""
+    docs, packing = inputs.get("doc_lengths"), best.get("packing")
+    if not docs or not packing:
+        return ""
+    caveats = "".join(f"\n- {c}" for c in packing["caveats"])  # lcmoe's own sentences
+    share = 100 * packing["attention_share_of_fixed"]
+    return (
+        f"\n\nDocuments: `{markdown_text(docs['name'])}`, about {packing['docs_per_pack']:.1f} per "
+        f"{inputs['seq_len']}-token sample, packed with one attention mask each "
+        "(`dataset.inter_document_masking=true`, `--dataloader-inter-document-masking`); core attention is "
+        f"{share:.1f}% of one {inputs['seq_len']}-token document's.{caveats}"
+    )
 
 
 def plan_files(

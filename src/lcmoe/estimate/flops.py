@@ -116,19 +116,19 @@ def mla_projection_flops_per_layer(spec: ModelSpec) -> float:
     return 6.0 * (q_term + kv_term + n * dv * h)
 
 
-def mla_core_flops_per_layer(spec: ModelSpec, seq_len: int) -> float:
+def mla_core_flops_per_layer(spec: ModelSpec, seq_len: float) -> float:
     """One MLA layer's core attention per token: 6·(ŝ·n·(dn+dr)/2 + ŝ·n·dv/2), causal halves."""
     n, dn, dr, dv = spec.num_attention_heads, spec.qk_head_dim, spec.qk_pos_emb_head_dim, spec.v_head_dim
     return 6.0 * (seq_len * n * (dn + dr) / 2 + seq_len * n * dv / 2)
 
 
-def mla_flops_per_token(spec: ModelSpec, seq_len: int) -> tuple[float, float]:
+def mla_flops_per_token(spec: ModelSpec, seq_len: float) -> tuple[float, float]:
     """MLA, every decoder and MTP layer: L_t × (projections, core)."""
     layers = spec.total_layers
     return layers * mla_projection_flops_per_layer(spec), layers * mla_core_flops_per_layer(spec, seq_len)
 
 
-def dsa_contexts(spec: ModelSpec, seq_len: int) -> tuple[float, float]:
+def dsa_contexts(spec: ModelSpec, seq_len: float) -> tuple[float, float]:
     """(dense, sparse) causal context per token of a DSA layer (flop_utils.py DSA branch, after
     arXiv 2512.02556 eqs. 1-2): every causal pair, (ŝ + 1)/2, and the top-k pairs the sparse core
     reads, k − k(k − 1)/(2ŝ) once ŝ > k (all causal pairs below)."""
@@ -138,7 +138,7 @@ def dsa_contexts(spec: ModelSpec, seq_len: int) -> tuple[float, float]:
     return dense, sparse
 
 
-def dsa_layer_flops_per_token(spec: ModelSpec, seq_len: int, *, indexer: bool) -> tuple[float, float]:
+def dsa_layer_flops_per_token(spec: ModelSpec, seq_len: float, *, indexer: bool) -> tuple[float, float]:
     """(projections, core) of one DSA layer per token, Bridge's DSA branch split per layer
     (flop_utils.py, ``experimental_attention_variant == "dsa"``):
 
@@ -165,7 +165,7 @@ def dsa_layer_flops_per_token(spec: ModelSpec, seq_len: int, *, indexer: bool) -
     return projections, core
 
 
-def dsa_flops_per_token(spec: ModelSpec, seq_len: int) -> tuple[float, float]:
+def dsa_flops_per_token(spec: ModelSpec, seq_len: float) -> tuple[float, float]:
     """DSA models: every decoder and MTP layer's ``dsa_layer_flops_per_token``, indexer layers
     counted over the decoder numbering and each MTP block's own (1..m), as Bridge counts them."""
     indexers = sum(spec.has_dsa_indexer(i) for i in range(spec.num_layers))
@@ -188,11 +188,12 @@ def gqa_projection_per_layer(spec: ModelSpec) -> float:
     return float(spec.hidden_size * (q + 2 * kv + gate) + q * spec.hidden_size)
 
 
-def swa_context(spec: ModelSpec, seq_len: int) -> float:
+def swa_context(spec: ModelSpec, seq_len: int, core_len: float | None = None) -> float:
     """Average attended keys per query under a causal window: c = W − W(W−1)/(2s) if W < s,
-    else s/2 (flop_utils.py sliding-window branch)."""
+    else ŝ/2 (flop_utils.py:559-570): s is the sample width S1/batch, ŝ = S2/S1 the attention
+    length factor (``core_len``; = s for fixed-length samples)."""
     w = spec.window_tokens
-    return w - w * (w - 1) / (2 * seq_len) if w < seq_len else seq_len / 2
+    return w - w * (w - 1) / (2 * seq_len) if w < seq_len else (seq_len if core_len is None else core_len) / 2
 
 
 def gdn_flops_per_layer(spec: ModelSpec) -> float:
@@ -206,10 +207,11 @@ def gdn_flops_per_layer(spec: ModelSpec) -> float:
     return 6.0 * (h * in_proj + spec.linear_conv_kernel_dim * (2 * qk + vd) + nv * dv * dv * 4 + h * vd)
 
 
-def gqa_flops_per_token(spec: ModelSpec, seq_len: int) -> tuple[float, float, float]:
+def gqa_flops_per_token(spec: ModelSpec, seq_len: int, core_len: float | None = None) -> tuple[float, float, float]:
     """(projections, core, linear-attention) for GQA/MHA models with optional sliding window
-    and Gated DeltaNet layers. Full layer core = q·ŝ; SWA layer core = 2·q·c; MTP layers take
-    the last decoder layer's kind."""
+    and Gated DeltaNet layers. Full layer core = q·ŝ (``core_len``, default s); SWA layer core =
+    2·q·c; MTP layers take the last decoder layer's kind."""
+    core_len = seq_len if core_len is None else core_len
     proj = gqa_projection_per_layer(spec)
     q = spec.head_dim * spec.num_attention_heads
     mtp = spec.mtp_num_layers
@@ -219,8 +221,8 @@ def gqa_flops_per_token(spec: ModelSpec, seq_len: int) -> tuple[float, float, fl
     n_swa = sum(swa_pattern) + (mtp if swa_pattern[-1] else 0)
     n_std = spec.total_layers - n_gdn
     n_full = n_std - n_swa
-    swa_core = n_swa * 2 * q * swa_context(spec, seq_len) if n_swa else 0.0
-    core = 6.0 * (n_full * q * seq_len + swa_core)
+    swa_core = n_swa * 2 * q * swa_context(spec, seq_len, core_len) if n_swa else 0.0
+    core = 6.0 * (n_full * q * core_len + swa_core)
     projections = 6.0 * n_std * proj
     linear = n_gdn * gdn_flops_per_layer(spec)
     return projections, core, linear
@@ -247,7 +249,9 @@ def bridge_mamba_flops_per_layer(spec: ModelSpec) -> float:
     return 3.0 * (2 * h * (2 * d_in + 2 * groups * state + heads) + 7 * d_in * state + 2 * d_in * h)
 
 
-def hybrid_flops_per_token(spec: ModelSpec, seq_len: int, *, tp: int = 1) -> FlopsBreakdown:
+def hybrid_flops_per_token(
+    spec: ModelSpec, seq_len: int, *, tp: int = 1, core_len: float | None = None
+) -> FlopsBreakdown:
     """Bridge's hybrid path per token (flop_utils.py:849-945): with counts N_sym over main layers
     and MTP depths, 3·[N_attn·(4h·q·(1 + g/n) + 2q·ŝ) + N_mlp·4·ffn·h·(1.5 if GLU)
     + N_mamba·mamba + N_moe·4h·(f_moe·k + f_sh)·(1.5 if GLU) + 2h·V·(1 + m)] (routed experts as
@@ -262,8 +266,9 @@ def hybrid_flops_per_token(spec: ModelSpec, seq_len: int, *, tp: int = 1) -> Flo
     q = spec.head_dim * spec.num_attention_heads
     kv = spec.head_dim * spec.query_groups
     projections = 6.0 * n_attn * (h * (q + 2 * kv) + q * h)
-    swa_core = n_swa * 2 * q * swa_context(spec, seq_len) if n_swa else 0.0
-    core = 6.0 * ((n_attn - n_swa) * q * seq_len + swa_core)
+    core_len = seq_len if core_len is None else core_len
+    swa_core = n_swa * 2 * q * swa_context(spec, seq_len, core_len) if n_swa else 0.0
+    core = 6.0 * ((n_attn - n_swa) * q * core_len + swa_core)
     return FlopsBreakdown(
         dense_mlp=6.0 * h * e * spec.ffn_hidden_size * counts["-"],
         routed_experts=routed_flops_per_moe_layer(spec) * counts["E"],
@@ -277,19 +282,24 @@ def hybrid_flops_per_token(spec: ModelSpec, seq_len: int, *, tp: int = 1) -> Flo
     )
 
 
-def flops_per_token(spec: ModelSpec, seq_len: int, *, tp: int = 1) -> FlopsBreakdown:
-    """Bridge's model FLOPs per token for fixed-length (non-packed) sequences of ``seq_len``."""
+def flops_per_token(spec: ModelSpec, seq_len: int, *, tp: int = 1, core_len: float | None = None) -> FlopsBreakdown:
+    """Bridge's model FLOPs per token for samples of ``seq_len`` tokens. ``core_len`` is Bridge's
+    attention length factor ŝ = S2/S1 = Σ sᵢ²/Σ tokens (flop_utils.py:465-483): None for
+    fixed-length samples (ŝ = s); for packed THD samples Σ sᵢ² runs over the real documents
+    (``accumulate_flops_metadata``, flop_utils.py:258-360). Full-attention, MLA and DSA cores
+    use ŝ; a sliding window keeps s unless the window is longer (``swa_context``)."""
+    core = seq_len if core_len is None else core_len
     if spec.is_hybrid:
-        return hybrid_flops_per_token(spec, seq_len, tp=tp)
+        return hybrid_flops_per_token(spec, seq_len, tp=tp, core_len=core_len)
     dense, routed, shared = mlp_flops_per_token(spec)
     if spec.is_dsa:
-        projections, core = dsa_flops_per_token(spec, seq_len)
+        projections, core = dsa_flops_per_token(spec, core)
         linear = 0.0
     elif spec.multi_latent_attention:
-        projections, core = mla_flops_per_token(spec, seq_len)
+        projections, core = mla_flops_per_token(spec, core)
         linear = 0.0
     else:
-        projections, core, linear = gqa_flops_per_token(spec, seq_len)
+        projections, core, linear = gqa_flops_per_token(spec, seq_len, core_len)
     return FlopsBreakdown(
         dense_mlp=dense,
         routed_experts=routed,

@@ -32,4 +32,10 @@ def estimate_run(run: RunConfig, coefficients: TimeCoefficients | None = None) -
         "memory": memory.as_dict(),
     }
     result["time"] = estimate_time(run, coefficients).as_dict()
+    docs = run.options.doc_lengths
+    if docs is not None:  # packed documents; fixed-length results keep their keys
+        from lcmoe.estimate.packing import packing_summary
+
+        result["inputs"]["doc_lengths"] = docs.summary(run.options.seq_len)
+        result["packing"] = packing_summary(run.model, run.layout, run.options)
     return result

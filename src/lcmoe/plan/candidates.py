@@ -222,6 +222,7 @@ def base_options(request: PlanRequest, precision: str) -> TrainingOptions:
         lora_rank=request.lora_rank,
         lora_targets=request.lora_targets,
         lora_input_regather=request.lora_input_regather,
+        doc_lengths=request.doc_lengths,
     )
     if precision != "fp16" and not keeps_bf16_grad_buffer(recipe_name(request.model, options, request.hardware)):
         options = replace(options, main_grads_dtype="fp32")

@@ -160,6 +160,21 @@ def peft_text(peft: dict[str, Any] | None) -> str:
     return f"LoRA finetuning: frozen base, rank {peft['rank']} adapters on {', '.join(peft['targets'])}"
 
 
+def packing_text(doc_lengths: dict[str, Any] | None, packing: dict[str, Any] | None) -> str:
+    """One sentence for packed documents ("" for fixed length): documents per sample, core
+    attention against one seq_len document, and Bridge's over-count at CP > 1."""
+    if not doc_lengths or not packing:
+        return ""
+    text = (
+        f"Packed documents ({doc_lengths['name']}): {packing['docs_per_pack']:.1f} per sample, core attention "
+        f"{100 * packing['attention_share_of_fixed']:.1f}% of one full-length document's"
+    )
+    ratio = packing.get("counted_over_real_flops", 1.0)
+    if ratio > 1.001:
+        text += f"; Bridge's TFLOP/s count {ratio:.2f}× the real work at CP > 1"
+    return text
+
+
 # ----- time bands, rank mode and the common GBS (estimate.band; docs/json-schema.md) -----------------
 def band_text(time: dict[str, Any]) -> str:
     """The band column: ± percent of tokens/s/GPU ("-" without evidence)."""

@@ -3,6 +3,7 @@ report embeds (docs/json-schema.md)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from lcmoe.estimate.band import plan_band
@@ -30,6 +31,7 @@ def plan_payload(request: PlanRequest, result: SearchResult) -> dict[str, Any]:
             "memory_margin": request.memory_margin,
             "megatron_core_version": request.megatron_core_version,
             "peft": base_options(request, "bf16").peft_summary(),
+            **_doc_lengths(request),
             # The full specs, so that --plan works without the model or hardware file it came from.
             "model_spec": request.model.model_dump(mode="json"),
             "hardware_spec": request.hardware.model_dump(mode="json"),
@@ -59,7 +61,10 @@ def plan_payload(request: PlanRequest, result: SearchResult) -> dict[str, Any]:
         request.model, request.hardware, request.num_gpus, request.seq_len, gbs=request.gbs or result.gbs
     )
     if reference:
-        payload["reference"] = _reference(request, result, *reference)
+        name, run = reference
+        if request.doc_lengths is not None:  # the guidance layout, run on the same packed data
+            run = replace(run, options=replace(run.options, doc_lengths=request.doc_lengths))
+        payload["reference"] = _reference(request, result, name, run)
     if not result.plans:
         payload["closest"] = result.closest.as_dict() if result.closest else None
         payload["min_gpus_needed"] = result.min_gpus_needed
@@ -84,6 +89,14 @@ def _reference(request: PlanRequest, result: SearchResult, name: str, run: RunCo
     ref["gain_of_best_pct"] = gain
     ref["gain_exceeds_band"] = best.tokens_per_sec_per_gpu_low > speed if best and best.band else None
     return ref
+
+
+def _doc_lengths(request: PlanRequest) -> dict[str, Any]:
+    """``doc_lengths`` (the packed documents' histogram and its expectations at seq_len) when the
+    request packs documents; nothing for fixed-length samples, whose JSON stays as it was."""
+    if request.doc_lengths is None:
+        return {}
+    return {"doc_lengths": request.doc_lengths.summary(request.seq_len)}
 
 
 def _evidence_summary(request: PlanRequest) -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ from lcmoe.estimate.memory import MemoryCoefficients, MemoryEstimate
 from lcmoe.estimate.time import TimeCoefficients, TimeEstimate
 from lcmoe.rules.advice import Advice
 from lcmoe.run import RunConfig
+from lcmoe.specs.doc_lengths import DocLengths
 from lcmoe.specs.hardware import HardwareSpec
 from lcmoe.specs.model import ModelSpec
 from lcmoe.workload import LORA_TARGETS, Peft
@@ -47,6 +48,8 @@ class PlanRequest:
     lora_rank: int = 32
     lora_targets: frozenset[str] = LORA_TARGETS
     lora_input_regather: bool = False
+    # Document lengths packed into each seq_len sample (TrainingOptions.doc_lengths); None: fixed length.
+    doc_lengths: DocLengths | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,14 @@ class Plan:
         return out
 
     def as_dict(self) -> dict[str, object]:
+        out = self._as_dict()
+        if self.run.options.doc_lengths is not None:
+            from lcmoe.estimate.packing import packing_summary
+
+            out["packing"] = packing_summary(self.run.model, self.run.layout, self.run.options)
+        return out
+
+    def _as_dict(self) -> dict[str, object]:
         lay, opt = self.run.layout, self.run.options
         return {
             "layout": {

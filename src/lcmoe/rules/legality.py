@@ -278,6 +278,25 @@ def _lora(r: RunConfig) -> str | None:
     return None
 
 
+def _pack_mbs(r: RunConfig) -> str | None:
+    if r.options.is_packed and r.layout.mbs != 1:
+        return f"packed documents (THD) need MBS = 1, got {r.layout.mbs}"
+    return None
+
+
+def _pack_graphs(r: RunConfig) -> str | None:
+    if r.options.is_packed and r.options.cuda_graph_scope:
+        scopes = ",".join(sorted(r.options.cuda_graph_scope))
+        return f"packed documents change cu_seqlens every step; CUDA graphs ({scopes}) replay fixed shapes"
+    return None
+
+
+def _pack_backend(r: RunConfig) -> str | None:
+    if r.options.is_packed and r.options.attention_backend == "unfused":
+        return "packed documents (THD) need a TE fused or flash attention kernel, not the unfused backend"
+    return None
+
+
 RULES: tuple[LegalityRule, ...] = (
     LegalityRule(
         "L-WORLD-EP-FOLD", "mcore parallel_state.py:868-884", "choose EP·ETP·PP that divides the GPU count", _world
@@ -387,6 +406,26 @@ RULES: tuple[LegalityRule, ...] = (
         "ColumnParallelLinear (divide(output_size, tp))",
         "target modules the model has (an MLA layer has no linear_qkv) and a rank divisible by TP",
         _lora,
+    ),
+    LegalityRule(
+        "L-PACK-MBS",
+        "bridge config.py:1461-1478 (offline packing: 'Micro batch size should be 1'); gpt_step.py:94-108 "
+        "(packed THD with CP expects MBS 1)",
+        "set MBS = 1 and pack more tokens per sample (a longer --seq-len) instead",
+        _pack_mbs,
+    ),
+    LegalityRule(
+        "L-PACK-GRAPHS",
+        "bridge config.py:1162-1190 (packed attention graphs need pad_to_max_length and pad_cu_seqlens, "
+        "offline packing only); megatron-bridge-facts.md §6.5 (variable lengths break replay)",
+        "drop the CUDA-graph scopes for packed data",
+        _pack_graphs,
+    ),
+    LegalityRule(
+        "L-PACK-BACKEND",
+        "mcore PackedSeqParams / TE DotProductAttention qkv_format='thd' (no unfused THD path)",
+        "use the auto, flash or fused attention backend",
+        _pack_backend,
     ),
 )
 

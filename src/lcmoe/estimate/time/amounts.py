@@ -15,10 +15,11 @@ from lcmoe.estimate.memory import (
     staged_layout,
     token_shape,
 )
+from lcmoe.estimate.packing import attention_lengths, bridge_core_length, real_token_share
 from lcmoe.estimate.params import LayerSignature, attention_kind, layer_signature, lora_adapters
 from lcmoe.estimate.time.communication import ep_link_shares
 from lcmoe.estimate.time.layer_flops import gdn_token_heads, layer_flops_per_token
-from lcmoe.layout import PipelineStage
+from lcmoe.layout import ParallelLayout, PipelineStage
 from lcmoe.run import RunConfig
 from lcmoe.specs.model import AttentionKind, ModelSpec
 from lcmoe.workload import TrainingOptions
@@ -128,11 +129,29 @@ class RunAmounts:
         return self.bf16_peak_flops_per_second
 
 
-def model_flops_per_token(model: ModelSpec, options: TrainingOptions, tp: int) -> float:
-    """The FLOPs per token that TFLOP/s and MFU count: Bridge's training count
-    (``estimate.flops``), or its LoRA count under LoRA (``estimate.flops.lora_model_flops_per_token``)."""
-    breakdown = flops_per_token(model, options.seq_len, tp=tp)
+def model_flops_per_token(
+    model: ModelSpec, options: TrainingOptions, tp: int, *, layout: ParallelLayout | None = None
+) -> float:
+    """The FLOPs per pack token that TFLOP/s and MFU count: Bridge's training count
+    (``estimate.flops``), or its LoRA count under LoRA (``estimate.flops.lora_model_flops_per_token``).
+    Packed documents (``options.doc_lengths``, with ``layout``) change Bridge's attention length
+    factor only where Bridge counts them (CP = 1, ``estimate.packing.bridge_core_length``)."""
+    core_len = bridge_core_length(layout, options) if layout is not None else None
+    breakdown = flops_per_token(model, options.seq_len, tp=tp, core_len=core_len)
     return lora_model_flops_per_token(breakdown) if options.is_lora else breakdown.total
+
+
+def attention_chunk(layout: ParallelLayout, options: TrainingOptions, *, sparse: bool = False) -> float:
+    """Query rows one attention kernel call works on, per rank: s/cp, halved under CP (the two
+    load-balance chunks). Packed documents: each document d runs as its own 2·CP chunks of
+    d/(2·CP); the kernel-saturation time Σ F_d·(1 + L½/c_d)/R with F_d ∝ d² and c_d ∝ d equals
+    that of one chunk of the FLOP-weighted harmonic mean, Σd²/Σd = ŝ (DocLengths.attention_length),
+    so ŝ takes the place of s. ``sparse`` (DSA): the top-k core's work is ∝ d, not d², so that
+    weighting does not hold; it keeps the fixed-length chunk (lcmoe has no per-document measure
+    of the sparse kernel)."""
+    docs = options.doc_lengths
+    length = options.seq_len if docs is None or sparse else docs.attention_length(options.seq_len)
+    return length / layout.cp / (2 if layout.cp > 1 else 1)
 
 
 def gemm_passes(options: TrainingOptions) -> int:
@@ -265,7 +284,14 @@ def _layer_amounts(run: RunConfig, layer: int, no_recompute: TrainingOptions) ->
     run's options without recompute (what the forward touches once)."""
     model, layout, options = run.model, run.layout, run.options
     tokens = options.seq_len * layout.mbs / (layout.tp * layout.cp)  # this GPU's share of the microbatch
-    f = layer_flops_per_token(model, layer, options.seq_len)
+    lengths = attention_lengths(model, layout, options)  # packed documents; None: fixed length
+    f = layer_flops_per_token(
+        model,
+        layer,
+        options.seq_len,
+        core_len=lengths.core if lengths else None,
+        window_len=lengths.window if lengths else None,
+    )
     base_share = gemm_passes(options) / 3
     adapter_dense, adapter_expert = adapter_flops_per_token(model, layer, options)
     kind = attention_kind(model, layer)
@@ -363,7 +389,8 @@ def time_amounts(run: RunConfig, staged: StagedLayout | None = None) -> RunAmoun
     shape = token_shape(layout, options)
     local_experts = max((model.num_moe_experts or 1) / layout.ep, 1.0)
     local, remote = ep_link_shares(model, layout.ep, layout.etp, hardware.nvlink_domain_size, options.dispatcher)
-    tokens = layout.gbs * options.seq_len
+    # Training tokens per step: the packs' real document tokens (all of them for fixed length).
+    tokens = layout.gbs * options.seq_len * real_token_share(layout, options)
     per_signature: dict[LayerSignature, LayerAmounts] = {}
     no_recompute = replace(options, recompute_granularity="none", recompute_modules=frozenset())
     staged = staged or staged_layout(model, layout)
@@ -393,7 +420,7 @@ def time_amounts(run: RunConfig, staged: StagedLayout | None = None) -> RunAmoun
         dense_gemm_rows=options.seq_len * layout.mbs / layout.cp,
         expert_gemm_size=model.expert_width * model.expert_ffn / layout.etp if model.is_moe else 0.0,
         local_experts=local_experts if model.is_moe else 0.0,
-        attention_chunk=options.seq_len / layout.cp / (2 if layout.cp > 1 else 1),
+        attention_chunk=attention_chunk(layout, options, sparse=model.is_dsa),
         dispatcher=options.dispatcher,
         ep_overlap=options.overlap_moe_expert_parallel_comm,
         cuda_graph_scope=frozenset(options.cuda_graph_scope),
@@ -403,7 +430,10 @@ def time_amounts(run: RunConfig, staged: StagedLayout | None = None) -> RunAmoun
         num_microbatches=max(layout.num_microbatches, 1),
         pp=layout.pp,
         vpp=layout.vpp,
-        model_flops_per_step=model_flops_per_token(model, options, layout.tp) * tokens,
+        # Bridge counts every pack slot (S1 = padded tokens, flop_utils.py:258-360).
+        model_flops_per_step=model_flops_per_token(model, options, layout.tp, layout=layout)
+        * layout.gbs
+        * options.seq_len,
         tokens_per_step=tokens,
         world_size=layout.world_size,
         gemm_passes=gemm_passes(options),

@@ -31,10 +31,15 @@ class LayerFlops:
     mamba_scan: float = 0.0
 
 
-def layer_flops_per_token(model: ModelSpec, layer: int, seq_len: int) -> LayerFlops:
+def layer_flops_per_token(
+    model: ModelSpec, layer: int, seq_len: int, *, core_len: float | None = None, window_len: float | None = None
+) -> LayerFlops:
     """The per-layer split of ``estimate.flops`` (same formulas, one layer). A Mamba mixer counts
     its GEMMs as they run (mamba_gemm_flops_per_layer, not Bridge's 2h count) and its chunked
-    scan apart (mamba_scan_flops_per_layer), which runs at its own rate."""
+    scan apart (mamba_scan_flops_per_layer), which runs at its own rate. ``core_len``: the
+    attention length per token ŝ = E[Σ dᵢ²]/S of packed documents (None: s, fixed length);
+    ``window_len``: a sliding-window layer's 2·c̄ over those documents (None: Bridge's 2·c at s)."""
+    core_seq = seq_len if core_len is None else core_len
     h, e = model.hidden_size, model.glu_factor
     kind = attention_kind(model, layer)
     up = 0.0
@@ -50,9 +55,9 @@ def layer_flops_per_token(model: ModelSpec, layer: int, seq_len: int) -> LayerFl
         rq, rkv = model.q_lora_rank, model.kv_lora_rank
         up = 6.0 * ((rq or 0) * n * (dn + dr) + rkv * n * (dn + dv))
         if model.is_dsa:
-            proj, core = dsa_layer_flops_per_token(model, seq_len, indexer=model.has_dsa_indexer(layer))
+            proj, core = dsa_layer_flops_per_token(model, core_seq, indexer=model.has_dsa_indexer(layer))
         else:
-            proj, core = mla_projection_flops_per_layer(model), mla_core_flops_per_layer(model, seq_len)
+            proj, core = mla_projection_flops_per_layer(model), mla_core_flops_per_layer(model, core_seq)
     elif kind is AttentionKind.GDN:
         proj, core = 0.0, 0.0
         # The projections and conv run as GEMMs; the chunked delta-rule recurrence runs at its
@@ -61,7 +66,10 @@ def layer_flops_per_token(model: ModelSpec, layer: int, seq_len: int) -> LayerFl
     else:
         proj = 6.0 * gqa_projection_per_layer(model)
         q = model.head_dim * model.num_attention_heads
-        context = 2 * swa_context(model, seq_len) if kind is AttentionKind.SWA else seq_len
+        if kind is AttentionKind.SWA:
+            context = 2 * swa_context(model, seq_len, core_len) if window_len is None else window_len
+        else:
+            context = core_seq
         core = 6.0 * q * context
     if model.is_moe_layer(layer):
         # LatentMoE's projections are dense (replicated) GEMMs; its experts work in the latent width.
