@@ -189,9 +189,10 @@ def test_help_is_readable_at_80_columns() -> None:
 
 
 # ----- 4. edges say why ---------------------------------------------------------------------------
-def test_nothing_fits_names_the_closest_plan_with_every_saving_on() -> None:
+def test_nothing_fits_names_the_closest_plan_with_every_saving_on(monkeypatch: pytest.MonkeyPatch) -> None:
     """DeepSeek-V3 at 128K on 16 H100s: the search prunes every layout before estimating it (the
     weights alone exceed the GPU); the answer still names the closest one and how far over it is."""
+    monkeypatch.setenv("COLUMNS", "200")  # the closest-plan sentence on one line
     args = ("plan", "-m", "deepseek-v3", "-n", "16", "-s", "128k")
     code, out, err = run_cli(*args, "--json")
     assert code == 1, err
