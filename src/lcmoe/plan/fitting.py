@@ -12,8 +12,8 @@ from dataclasses import fields, replace
 from lcmoe.estimate.memory import MemoryEstimate, StagedLayout, estimate_memory, stage_state_bytes, staged_layout
 from lcmoe.estimate.time import TimeEstimate, estimate_time
 from lcmoe.plan.candidates import OFFLOAD_FRACTIONS, dispatchers_for, recompute_ladder
+from lcmoe.plan.judge import Judge
 from lcmoe.plan.plans import Plan, PlanRequest
-from lcmoe.rules.legality import violations
 from lcmoe.run import RunConfig
 from lcmoe.workload import TrainingOptions
 
@@ -45,10 +45,6 @@ def memory_of(request: PlanRequest, run: RunConfig, staged: StagedLayout) -> Mem
 def time_of(request: PlanRequest, run: RunConfig, staged: StagedLayout) -> TimeEstimate:
     """The time estimate under the request's coefficients (resolved once by ``search``)."""
     return estimate_time(run, request.time_coefficients, staged=staged)
-
-
-def is_legal(request: PlanRequest, run: RunConfig) -> bool:
-    return not violations(run, megatron_core_version=request.megatron_core_version)
 
 
 def static_lower_bound_fits(run: RunConfig, margin: float, staged: StagedLayout | None = None) -> bool:
@@ -95,14 +91,14 @@ def variants(request: PlanRequest, run: RunConfig) -> Iterator[RunConfig]:
                     yield RunConfig(run.model, run.hardware, layout, options)
 
 
-def fastest_fitting_variant(request: PlanRequest, fitted: Plan, staged: StagedLayout) -> Plan | None:
+def fastest_fitting_variant(request: PlanRequest, fitted: Plan, staged: StagedLayout, judge: Judge) -> Plan | None:
     """The fastest legal variant of ``fitted`` that still fits. Time does not depend on memory, so
     the variants are timed first and memory is estimated fastest-first until one fits (most
     variants fit, so this is usually one memory estimate instead of one per variant). The variant
     that is ``fitted`` itself reuses its estimates."""
     timed: list[tuple[RunConfig, TimeEstimate]] = []
     for variant in variants(request, fitted.run):
-        if not is_legal(request, variant):
+        if not judge.legal(variant):
             continue
         same = variant.options == fitted.run.options and variant.layout == fitted.run.layout
         timed.append((variant, fitted.time if same else time_of(request, variant, staged)))
@@ -137,7 +133,7 @@ def _offloaded_fit(
     return None
 
 
-def first_fitting(request: PlanRequest, run: RunConfig, staged: StagedLayout) -> Plan | None:
+def first_fitting(request: PlanRequest, run: RunConfig, staged: StagedLayout, judge: Judge) -> Plan | None:
     """The cheapest (recompute, offload) pair that fits. Per rung of the recompute ladder the
     needed offload fraction is solved (``_offloaded_fit``); the first rung that fits without
     offload ends the climb, and among the (at most two) fitting rungs the faster one wins."""
@@ -150,7 +146,7 @@ def first_fitting(request: PlanRequest, run: RunConfig, staged: StagedLayout) ->
             optimizer_offload_fraction=0.0,
         )
         trial = with_options(run, options)
-        if not is_legal(request, trial):
+        if not judge.legal(trial):
             continue
         memory = memory_of(request, trial, staged)
         if memory.fits(request.memory_margin):
