@@ -52,3 +52,26 @@ def test_judge_agrees_with_violations(name: str, gpu: str, gpus: int, seq: int) 
         for precision in precisions_for(request):
             run = RunConfig(request.model, request.hardware, layout, base_options(request, precision))
             assert judge.legal(run) == (violations(run) == []), layout
+
+
+@pytest.mark.parametrize("probe", [0, 1, 3])
+def test_probed_memory_equals_estimate_memory(probe: int) -> None:
+    """plan.fitting.probed_memory assembles the same stages as estimate_memory, whichever stage
+    it estimates first, and gives up only when the probed stage is hopeless."""
+    from lcmoe.estimate.memory import estimate_memory, shipped_coefficients, staged_layout
+    from lcmoe.plan.fitting import probed_memory
+
+    run = make_run()
+    staged = staged_layout(run.model, run.layout)
+    request = PlanRequest(
+        model=run.model,
+        hardware=run.hardware,
+        num_gpus=run.layout.world_size,
+        seq_len=run.options.seq_len,
+        memory_coefficients=shipped_coefficients(),
+    )
+    probe = min(probe, len(staged.stages) - 1)
+    probed = probed_memory(request, run, staged, probe, lambda stage: False)
+    full = estimate_memory(run.model, run.hardware, run.layout, run.options, shipped_coefficients(), staged=staged)
+    assert probed is not None and probed.as_dict() == full.as_dict()
+    assert probed_memory(request, run, staged, probe, lambda stage: True) is None
