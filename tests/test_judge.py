@@ -1,8 +1,10 @@
-"""The planner's legality judge (plan/judge.py) against ``violations``: layout rules read no option,
-and the judge's verdict equals ``violations(run) == []``."""
+"""The planner's legality judge (plan/judge.py) against ``violations`` (layout rules read no option,
+the verdict equals ``violations(run) == []``), and its stage-by-stage memory (plan/fitting.py
+``probed_memory``) against ``estimate_memory``."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import pytest
@@ -35,10 +37,8 @@ def test_layout_rules_are_rule_ids() -> None:
 def test_layout_rule_reads_no_option(rule) -> None:  # type: ignore[no-untyped-def]
     run = make_run()
     watched = _Watched()
-    try:
+    with contextlib.suppress(AttributeError):
         rule.check(RunConfig(run.model, run.hardware, run.layout, watched))  # type: ignore[arg-type]
-    except AttributeError:
-        pass
     assert watched.read == []
 
 
