@@ -6,14 +6,24 @@ fastest-first (``fastest_fitting_variant``). ``plan.search`` re-exports the publ
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import fields, replace
 
-from lcmoe.estimate.memory import MemoryEstimate, StagedLayout, estimate_memory, stage_state_bytes, staged_layout
+from lcmoe.estimate.memory import (
+    MemoryEstimate,
+    StagedLayout,
+    StageMemory,
+    estimate_memory,
+    memory_of_stages,
+    stage_inputs,
+    stage_memory,
+    stage_state_bytes,
+    staged_layout,
+)
 from lcmoe.estimate.time import TimeEstimate, estimate_time
 from lcmoe.plan.candidates import OFFLOAD_FRACTIONS, dispatchers_for, recompute_ladder
+from lcmoe.plan.judge import Judge
 from lcmoe.plan.plans import Plan, PlanRequest
-from lcmoe.rules.legality import violations
 from lcmoe.run import RunConfig
 from lcmoe.workload import TrainingOptions
 
@@ -42,13 +52,54 @@ def memory_of(request: PlanRequest, run: RunConfig, staged: StagedLayout) -> Mem
     return estimate_memory(run.model, run.hardware, run.layout, run.options, request.memory_coefficients, staged=staged)
 
 
+def probed_memory(
+    request: PlanRequest, run: RunConfig, staged: StagedLayout, probe: int, hopeless: Callable[[StageMemory], bool]
+) -> MemoryEstimate | None:
+    """``memory_of``, or None when stage ``probe`` alone is ``hopeless`` (over capacity beyond
+    what the caller can rescue): a trial that fails usually fails on the stage that was worst
+    in the candidate's previous trial, so one stage is estimated instead of all. The stages are
+    the same ``stage_memory`` values ``estimate_memory`` computes, in any order."""
+    inputs = stage_inputs(run.model, run.hardware, run.layout, run.options, request.memory_coefficients)
+    first = stage_memory(inputs, staged.stages[probe], staged.params[probe])
+    if hopeless(first):
+        return None
+    stages = tuple(
+        first if index == probe else stage_memory(inputs, stage, params)
+        for index, (stage, params) in enumerate(zip(staged.stages, staged.params, strict=True))
+    )
+    return memory_of_stages(stages, run.hardware, inputs.coefficients)
+
+
+def worst_stage(memory: MemoryEstimate) -> int:
+    """Index of the stage with the highest reserved peak (the next trial's probe)."""
+    return max(range(len(memory.stages)), key=lambda index: memory.stages[index].peak_reserved)
+
+
+def over_capacity(request: PlanRequest, run: RunConfig) -> Callable[[StageMemory], bool]:
+    """A stage whose reserved peak alone exceeds the usable memory: ``MemoryEstimate.fits`` fails."""
+    capacity = (1 - request.memory_margin) * run.hardware.hbm_bytes
+    return lambda stage: stage.peak_reserved > capacity
+
+
+def beyond_offload(request: PlanRequest, run: RunConfig) -> Callable[[StageMemory], bool]:
+    """A stage over the usable memory that no offload fraction rescues, so ``_offloaded_fit``
+    returns None: over by more than 1.1× its optimizer bytes (the rung's excess is at least this
+    stage's, its smallest over-capacity optimizer at most this stage's), or no optimizer on the
+    GPU, or offload not allowed."""
+    capacity = (1 - request.memory_margin) * run.hardware.hbm_bytes
+
+    def hopeless(stage: StageMemory) -> bool:
+        excess = stage.peak_reserved - capacity
+        if excess <= 0:
+            return False
+        return not request.allow_offload or stage.optimizer <= 0 or excess > stage.optimizer * 1.1
+
+    return hopeless
+
+
 def time_of(request: PlanRequest, run: RunConfig, staged: StagedLayout) -> TimeEstimate:
     """The time estimate under the request's coefficients (resolved once by ``search``)."""
     return estimate_time(run, request.time_coefficients, staged=staged)
-
-
-def is_legal(request: PlanRequest, run: RunConfig) -> bool:
-    return not violations(run, megatron_core_version=request.megatron_core_version)
 
 
 def static_lower_bound_fits(run: RunConfig, margin: float, staged: StagedLayout | None = None) -> bool:
@@ -95,23 +146,26 @@ def variants(request: PlanRequest, run: RunConfig) -> Iterator[RunConfig]:
                     yield RunConfig(run.model, run.hardware, layout, options)
 
 
-def fastest_fitting_variant(request: PlanRequest, fitted: Plan, staged: StagedLayout) -> Plan | None:
+def fastest_fitting_variant(request: PlanRequest, fitted: Plan, staged: StagedLayout, judge: Judge) -> Plan | None:
     """The fastest legal variant of ``fitted`` that still fits. Time does not depend on memory, so
     the variants are timed first and memory is estimated fastest-first until one fits (most
     variants fit, so this is usually one memory estimate instead of one per variant). The variant
     that is ``fitted`` itself reuses its estimates."""
     timed: list[tuple[RunConfig, TimeEstimate]] = []
     for variant in variants(request, fitted.run):
-        if not is_legal(request, variant):
+        if not judge.legal(variant):
             continue
         same = variant.options == fitted.run.options and variant.layout == fitted.run.layout
         timed.append((variant, fitted.time if same else time_of(request, variant, staged)))
     # Stable sort: among equal predictions the first enumerated variant wins, as before.
     timed.sort(key=lambda pair: -pair[1].tokens_per_sec_per_gpu)
+    probe = worst_stage(fitted.memory)
     for variant, time in timed:
         same = variant.options == fitted.run.options and variant.layout == fitted.run.layout
-        memory = fitted.memory if same else memory_of(request, variant, staged)
-        if memory.fits(request.memory_margin):
+        memory = (
+            fitted.memory if same else probed_memory(request, variant, staged, probe, over_capacity(request, variant))
+        )
+        if memory is not None and memory.fits(request.memory_margin):
             return Plan(variant, memory, time)
     return None
 
@@ -129,19 +183,21 @@ def _offloaded_fit(
         return None
     fraction = next((f for f in OFFLOAD_FRACTIONS if f * optimizer * 1.05 >= excess), 1.0)
     fractions = (fraction,) if fraction == 1.0 else (fraction, 1.0)
+    probe, over = worst_stage(memory), over_capacity(request, trial)
     for offload in fractions:
         offloaded = with_options(trial, options_with(trial.options, optimizer_offload_fraction=offload))
-        memory = memory_of(request, offloaded, staged)
-        if memory.fits(request.memory_margin):
-            return offloaded, memory
+        found = probed_memory(request, offloaded, staged, probe, over)
+        if found is not None and found.fits(request.memory_margin):
+            return offloaded, found
     return None
 
 
-def first_fitting(request: PlanRequest, run: RunConfig, staged: StagedLayout) -> Plan | None:
+def first_fitting(request: PlanRequest, run: RunConfig, staged: StagedLayout, judge: Judge) -> Plan | None:
     """The cheapest (recompute, offload) pair that fits. Per rung of the recompute ladder the
     needed offload fraction is solved (``_offloaded_fit``); the first rung that fits without
     offload ends the climb, and among the (at most two) fitting rungs the faster one wins."""
     found: list[tuple[RunConfig, MemoryEstimate]] = []
+    probe, hopeless = 0, beyond_offload(request, run)  # 1F1B: the first stage holds the most microbatches
     for granularity, modules in recompute_ladder(run.model):
         options = options_with(
             run.options,
@@ -150,9 +206,12 @@ def first_fitting(request: PlanRequest, run: RunConfig, staged: StagedLayout) ->
             optimizer_offload_fraction=0.0,
         )
         trial = with_options(run, options)
-        if not is_legal(request, trial):
+        if not judge.legal(trial):
             continue
-        memory = memory_of(request, trial, staged)
+        memory = probed_memory(request, trial, staged, probe, hopeless)
+        if memory is None:  # neither fits nor can be offloaded into fitting (``beyond_offload``)
+            continue
+        probe = worst_stage(memory)
         if memory.fits(request.memory_margin):
             found.append((trial, memory))
             break

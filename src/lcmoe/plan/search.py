@@ -48,11 +48,11 @@ from lcmoe.plan.candidates import (
 from lcmoe.plan.fitting import (
     fastest_fitting_variant,
     first_fitting,
-    is_legal,
     memory_of,
     static_lower_bound_fits,
     time_of,
 )
+from lcmoe.plan.judge import Judge, judge_for
 from lcmoe.plan.plans import RANK_MODES, Plan, PlanRequest, RankMode, SearchResult
 from lcmoe.rules.advice import Advice, advise
 from lcmoe.run import RunConfig
@@ -110,25 +110,28 @@ class _Tally:
     over: list[Plan] = field(default_factory=list)
 
 
-def _evaluate(request: PlanRequest, layout: ParallelLayout, starts: tuple[TrainingOptions, ...], tally: _Tally) -> None:
-    """Every precision of one layout (``starts``: ``base_options`` per precision): legality, the
-    model-state bound, the recompute/offload climb and the fastest fitting variant."""
+def _evaluate(
+    request: PlanRequest, layout: ParallelLayout, starts: tuple[TrainingOptions, ...], tally: _Tally, judge: Judge
+) -> None:
+    """Every precision of one layout (``starts``: ``base_options`` per precision): legality (by
+    the search's ``judge``), the model-state bound, the recompute/offload climb and the fastest
+    fitting variant."""
     staged: StagedLayout | None = None  # the same for every precision; built once legal
     for options in starts:
         run = RunConfig(request.model, request.hardware, layout, options)
         tally.searched += 1
-        if not is_legal(request, run):
+        if not judge.legal(run):
             continue
         tally.legal += 1
         staged = staged or staged_layout(run.model, run.layout)
         if not static_lower_bound_fits(run, request.memory_margin, staged):
             continue
-        fitted = first_fitting(request, run, staged)
+        fitted = first_fitting(request, run, staged, judge)
         if fitted is None:
             if len(tally.over) < MAX_OVER_PLANS:
                 tally.over.append(Plan(run, memory_of(request, run, staged), time_of(request, run, staged)))
             continue
-        best = fastest_fitting_variant(request, fitted, staged)
+        best = fastest_fitting_variant(request, fitted, staged, judge)
         if best is not None:
             tally.evaluated.append(best)
 
@@ -144,10 +147,11 @@ def search(request: PlanRequest, progress: Callable[[int, int], None] | None = N
     # The starting options depend on the precision only: built once, not once per layout.
     starts = tuple(base_options(request, precision) for precision in precisions_for(request))
     tally = _Tally()
+    judge = judge_for(request.megatron_core_version)
     for index, layout in enumerate(layouts):
         if progress:
             progress(index, len(layouts))
-        _evaluate(request, layout, starts, tally)
+        _evaluate(request, layout, starts, tally, judge)
     if progress:
         progress(len(layouts), len(layouts))
     return _result(request, tally, gbs)

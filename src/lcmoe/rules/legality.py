@@ -430,6 +430,16 @@ RULES: tuple[LegalityRule, ...] = (
 )
 
 RULE_IDS = frozenset(rule.id for rule in RULES)
+# Rules whose check reads only the model, the hardware and the layout, never the training
+# options: the planner judges them once per layout instead of once per option set it tries
+# (tests/test_rules.py checks that none of them touches ``run.options``).
+LAYOUT_RULE_IDS = frozenset(
+    {
+        "L-WORLD-EP-FOLD", "L-EXPERTS-EP", "L-HEADS-TP", "L-MOE-BIAS-ETP", "L-GBS", "L-VPP-MICROBATCHES",
+        "L-PP-LAYERS", "L-CP-A2A-HEADS", "L-GDN-TPCP", "L-MAMBA-TPCP", "L-DSA-CP", "L-DSA-INDEX-SHARING",
+        "L-DSA-VERSION", "L-HYBRID-PIPELINE", "L-GDN-CP-VERSION",
+    }
+)  # fmt: skip
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -437,13 +447,19 @@ def version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
 
 
-def violations(run: RunConfig, *, megatron_core_version: str = "0.19.2") -> list[Violation]:
-    """Every hard rule the run breaks (empty list = legal) for the targeted Megatron-Core release."""
-    found = []
+def active_rules(megatron_core_version: str = "0.19.2") -> tuple[LegalityRule, ...]:
+    """The rules that apply to the targeted Megatron-Core release (a search filters them once)."""
     target = version_tuple(megatron_core_version)
-    for rule in RULES:
-        if rule.min_megatron_core and target >= version_tuple(rule.min_megatron_core):
-            continue
+    return tuple(r for r in RULES if not (r.min_megatron_core and target >= version_tuple(r.min_megatron_core)))
+
+
+def violations(
+    run: RunConfig, *, megatron_core_version: str = "0.19.2", rules: tuple[LegalityRule, ...] | None = None
+) -> list[Violation]:
+    """Every hard rule the run breaks (empty list = legal) for the targeted Megatron-Core release;
+    ``rules``: a subset of ``active_rules(megatron_core_version)`` to judge instead of all of them."""
+    found = []
+    for rule in active_rules(megatron_core_version) if rules is None else rules:
         message = rule.check(run)
         if message:
             found.append(Violation(rule.id, message, rule.fix, rule.source))

@@ -268,6 +268,44 @@ def attention_kernel(options: TrainingOptions, architecture: str) -> str:
     return "flash"
 
 
+def stage_inputs(
+    model: ModelSpec,
+    hardware: HardwareSpec | None,
+    layout: ParallelLayout,
+    options: TrainingOptions,
+    coefficients: MemoryCoefficients | None = None,
+    *,
+    first_step: bool = False,
+) -> StageInputs:
+    """What ``stage_memory`` needs for every stage of one estimate. A caller that may stop after
+    one stage (the planner: one stage over capacity already rules a trial out) builds it, asks
+    ``stage_memory`` stage by stage and assembles the rest with ``memory_of_stages``."""
+    architecture = hardware.architecture if hardware else "hopper"
+    # Only the unfused kernel stores differently (flash and fused keep the same tensors), so the
+    # options are copied only then, not on every estimate of the planner's hot path.
+    if options.attention_backend != "unfused" and attention_kernel(options, architecture) == "unfused":
+        options = replace(options, attention_backend="unfused")
+    return StageInputs(
+        model,
+        layout,
+        options,
+        coefficients or shipped_coefficients(),
+        replayed_options(options),
+        first_step=first_step,
+        architecture=architecture,
+        nvlink_domain=hardware.nvlink_domain_size if hardware else DEFAULT_NVLINK_DOMAIN,
+    )
+
+
+def memory_of_stages(
+    stages: tuple[StageMemory, ...], hardware: HardwareSpec | None, coefficients: MemoryCoefficients
+) -> MemoryEstimate:
+    """The estimate of every stage's ``stage_memory`` against the GPU's (and host's) memory."""
+    capacity = hardware.hbm_bytes if hardware else float("inf")
+    host = hardware.host_memory_bytes if hardware else float("inf")
+    return MemoryEstimate(stages, capacity, host, coefficients.error_band)
+
+
 def estimate_memory(
     model: ModelSpec,
     hardware: HardwareSpec | None,
@@ -281,27 +319,9 @@ def estimate_memory(
     """Peak memory of every pipeline stage (worst GPU of each); see ``stage_memory``.
     ``staged`` (``staged_layout`` of this model and layout) may be passed when the caller already
     has it (the planner does)."""
-    coeffs = coefficients or shipped_coefficients()
-    architecture = hardware.architecture if hardware else "hopper"
-    nvlink_domain = hardware.nvlink_domain_size if hardware else DEFAULT_NVLINK_DOMAIN
-    # Only the unfused kernel stores differently (flash and fused keep the same tensors), so the
-    # options are copied only then, not on every estimate of the planner's hot path.
-    if options.attention_backend != "unfused" and attention_kernel(options, architecture) == "unfused":
-        options = replace(options, attention_backend="unfused")
+    inputs = stage_inputs(model, hardware, layout, options, coefficients, first_step=first_step)
     staged = staged or staged_layout(model, layout)
-    inputs = StageInputs(
-        model,
-        layout,
-        options,
-        coeffs,
-        replayed_options(options),
-        first_step=first_step,
-        architecture=architecture,
-        nvlink_domain=nvlink_domain,
-    )
     stages_memory = tuple(
         stage_memory(inputs, stage, params) for stage, params in zip(staged.stages, staged.params, strict=True)
     )
-    capacity = hardware.hbm_bytes if hardware else float("inf")
-    host = hardware.host_memory_bytes if hardware else float("inf")
-    return MemoryEstimate(stages_memory, capacity, host, coeffs.error_band)
+    return memory_of_stages(stages_memory, hardware, inputs.coefficients)

@@ -3,8 +3,8 @@ buffers, TE workspaces, CUDA-graph pools, dispatcher buffers."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
-from dataclasses import replace
 
 from lcmoe.estimate.memory.activations import (
     TokenShape,
@@ -231,7 +231,13 @@ def replayed_options(options: TrainingOptions) -> TrainingOptions:
     layer without selective recompute (``estimate_memory`` builds them once for its stages)."""
     if options.recompute_granularity != "selective":
         return options
-    return replace(options, recompute_granularity="none", recompute_modules=frozenset())
+    # A copy without re-running TrainingOptions' validation: the options were validated when
+    # built, and "none" with no modules is valid for any of them (the planner asks this once per
+    # trial; re-validating was most of a memory estimate's fixed cost).
+    replayed = copy.copy(options)
+    object.__setattr__(replayed, "recompute_granularity", "none")
+    object.__setattr__(replayed, "recompute_modules", frozenset())
+    return replayed
 
 
 def stage_holds(model: ModelSpec, stage: PipelineStage, holds: Callable[[int], bool]) -> bool:
