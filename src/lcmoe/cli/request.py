@@ -235,11 +235,13 @@ def closest_when_pruned(request: PlanRequest, gbs: int | None = None) -> Any:
     from dataclasses import replace
 
     from lcmoe.estimate.memory import staged_layout
-    from lcmoe.plan.fitting import is_legal, memory_of, options_with, time_of
+    from lcmoe.plan.fitting import memory_of, options_with, time_of
+    from lcmoe.plan.judge import judge_for
     from lcmoe.plan.search import Plan, base_options, enumerate_layouts, precisions_for, resolved
     from lcmoe.run import RunConfig
 
     request = resolved(request)
+    judge = judge_for(request.megatron_core_version)
     best: tuple[float, Any] | None = None
     starts = [base_options(request, precision) for precision in precisions_for(request)]
     for layout in enumerate_layouts(request, request.gbs or gbs):
@@ -249,10 +251,10 @@ def closest_when_pruned(request: PlanRequest, gbs: int | None = None) -> Any:
                 start, recompute_granularity="full", recompute_modules=frozenset(), optimizer_offload_fraction=1.0
             )
             run = RunConfig(request.model, request.hardware, layout, saving)
-            if not is_legal(request, run):
+            if not judge.legal(run):
                 kept = start.optimizer_offload_fraction  # offload illegal here: keep the start's
                 run = replace(run, options=options_with(saving, optimizer_offload_fraction=kept))
-                if not is_legal(request, run):
+                if not judge.legal(run):
                     continue
             staged = staged or staged_layout(run.model, run.layout)
             memory = memory_of(request, run, staged)
