@@ -11,6 +11,7 @@ from lcmoe.estimate.memory import (
     StagedLayout,
     StageParams,
     layer_activation_bytes,
+    optimizer_shards,
     stage_trained_params_per_gpu,
     staged_layout,
     token_shape,
@@ -338,8 +339,6 @@ def _stage_amounts(
     """``stage_params``: the stage's parameters per GPU; ``per_signature``: one layer's amounts
     per signature, shared by the run's stages (filled here); ``no_recompute``: the run's options
     without recompute (what a forward touches once)."""
-    from lcmoe.estimate.memory import optimizer_shards
-
     model, layout, options = run.model, run.layout, run.options
     # MTP layers are transformer layers of the last decoder layer's kind (hybrid: the MTP depth).
     counts = {layer_signature(model, first): [first, count] for first, count in stage.layer_groups}
