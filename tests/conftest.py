@@ -21,6 +21,15 @@ def reference() -> Path:
     return REFERENCE
 
 
+@pytest.fixture(autouse=True)
+def _no_inherited_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts without COLUMNS, as output piped from a shell that sets none: pytest-xdist
+    gives its workers COLUMNS=80 (the controller's terminal), which lcmoe honours, so without this
+    the same test wraps at 80 columns under ``-n 2`` and at 200 alone. A test about widths sets
+    COLUMNS itself."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 def run_cli(*args: str) -> tuple[int, str, str]:
     """Run the CLI in-process; returns (exit code, stdout, stderr)."""
     import contextlib

@@ -344,6 +344,13 @@ def test_check_reads_the_config_bridge_saves_back_to_the_plan(bridge: Verdicts) 
             ignored |= {"precision_aware", "exp_avg_dtype", "main_params_dtype"}
         if "moe_token_dispatcher_type" in stand_ins:
             ignored.add("dispatcher")
+        offline = run.options.peft != "none" and values.get("dataset.enable_offline_packing") is True
+        if run.options.doc_lengths is not None or offline:
+            # The saved config says that documents are packed, not their lengths (those live in
+            # plan.json or --doc-lengths): check reads packed documents of unknown length. A
+            # finetune recipe's SFT dataset packs offline (packed SQuAD) without --doc-lengths too.
+            assert back.options.doc_lengths is not None and back.options.doc_lengths.name == "unknown", name
+            ignored.add("doc_lengths")
         # A recipe naming its precision reduces in FP32 (the planner counts that; these hand-made
         # feature runs may not).
         keeps = keeps_bf16_grad_buffer(recipe_for(run.model, run.options))
