@@ -7,6 +7,7 @@ emitters map them one to one.
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from collections.abc import Iterable
@@ -341,3 +342,21 @@ def _check_combinations(o: TrainingOptions) -> None:
             "must name one or more LoRA targets lcmoe models",
             f"use {', '.join(sorted(LORA_TARGETS))}",
         )
+
+
+def unchecked_replace(options: TrainingOptions, **changes: object) -> TrainingOptions:
+    """``dataclasses.replace(options, **changes)`` without ``TrainingOptions.__post_init__``, for
+    the estimators' and the planner's hot paths: they swap values of their own enumerations
+    (recompute rungs, offload fractions, dispatchers, graph scopes, EP overlap, the replayed
+    backward's "no recompute") into options that were validated when built, and ``violations``
+    judges every combination the planner keeps. Re-validating every trial was a tenth of the
+    search's time and most of a memory estimate's fixed cost. Not for user input."""
+    clone = copy.copy(options)
+    for name, value in changes.items():
+        if name not in _OPTION_FIELD_NAMES:
+            raise TypeError(f"TrainingOptions has no field {name!r}")
+        object.__setattr__(clone, name, value)
+    return clone
+
+
+_OPTION_FIELD_NAMES = frozenset(f.name for f in fields(TrainingOptions))

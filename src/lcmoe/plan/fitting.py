@@ -7,7 +7,7 @@ fastest-first (``fastest_fitting_variant``). ``plan.search`` re-exports the publ
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import fields, replace
+from dataclasses import replace
 
 from lcmoe.estimate.memory import (
     MemoryEstimate,
@@ -25,21 +25,10 @@ from lcmoe.plan.candidates import OFFLOAD_FRACTIONS, dispatchers_for, recompute_
 from lcmoe.plan.judge import Judge
 from lcmoe.plan.plans import Plan, PlanRequest
 from lcmoe.run import RunConfig
-from lcmoe.workload import TrainingOptions
+from lcmoe.workload import TrainingOptions, unchecked_replace
 
-_OPTION_FIELDS = tuple(f.name for f in fields(TrainingOptions))
-
-
-def options_with(options: TrainingOptions, **changes: object) -> TrainingOptions:
-    """``dataclasses.replace(options, **changes)`` without ``TrainingOptions.__post_init__``. The
-    search only swaps in values of its own enumerations (recompute rungs, offload fractions,
-    dispatchers, graph scopes, EP overlap), each of its field's type, into options validated
-    once (``base_options``), and ``violations`` judges every combination it keeps; re-checking
-    every field of every trial was a tenth of the search's time."""
-    clone = object.__new__(TrainingOptions)
-    for name in _OPTION_FIELDS:
-        object.__setattr__(clone, name, changes[name] if name in changes else getattr(options, name))
-    return clone
+# The search's copies of validated options (recompute rungs, offloads, variants) skip re-validation.
+options_with = unchecked_replace
 
 
 def with_options(run: RunConfig, options: TrainingOptions) -> RunConfig:

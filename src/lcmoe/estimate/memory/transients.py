@@ -3,7 +3,6 @@ buffers, TE workspaces, CUDA-graph pools, dispatcher buffers."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
 from lcmoe.estimate.memory.activations import (
@@ -30,7 +29,7 @@ from lcmoe.estimate.params import (
 )
 from lcmoe.layout import PipelineStage
 from lcmoe.specs.model import AttentionKind, ModelSpec
-from lcmoe.workload import TrainingOptions
+from lcmoe.workload import TrainingOptions, unchecked_replace
 
 
 def logits_loss_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions, heads: int) -> float:
@@ -231,13 +230,8 @@ def replayed_options(options: TrainingOptions) -> TrainingOptions:
     layer without selective recompute (``estimate_memory`` builds them once for its stages)."""
     if options.recompute_granularity != "selective":
         return options
-    # A copy without re-running TrainingOptions' validation: the options were validated when
-    # built, and "none" with no modules is valid for any of them (the planner asks this once per
-    # trial; re-validating was most of a memory estimate's fixed cost).
-    replayed = copy.copy(options)
-    object.__setattr__(replayed, "recompute_granularity", "none")
-    object.__setattr__(replayed, "recompute_modules", frozenset())
-    return replayed
+    # "none" with no modules is valid for any validated options, so no re-validation.
+    return unchecked_replace(options, recompute_granularity="none", recompute_modules=frozenset())
 
 
 def stage_holds(model: ModelSpec, stage: PipelineStage, holds: Callable[[int], bool]) -> bool:

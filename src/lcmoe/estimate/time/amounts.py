@@ -3,7 +3,7 @@ run (one GPU's share of one microbatch)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from lcmoe.estimate.flops import flops_per_token, lora_model_flops_per_token
 from lcmoe.estimate.memory import (
@@ -23,7 +23,7 @@ from lcmoe.estimate.time.layer_flops import gdn_token_heads, layer_flops_per_tok
 from lcmoe.layout import ParallelLayout, PipelineStage
 from lcmoe.run import RunConfig
 from lcmoe.specs.model import AttentionKind, ModelSpec
-from lcmoe.workload import TrainingOptions
+from lcmoe.workload import TrainingOptions, unchecked_replace
 
 
 # ----- amounts (coefficient-free) ------------------------------------------------------------
@@ -391,7 +391,7 @@ def time_amounts(run: RunConfig, staged: StagedLayout | None = None) -> RunAmoun
     # Training tokens per step: the packs' real document tokens (all of them for fixed length).
     tokens = layout.gbs * options.seq_len * real_token_share(layout, options)
     per_signature: dict[LayerSignature, LayerAmounts] = {}
-    no_recompute = replace(options, recompute_granularity="none", recompute_modules=frozenset())
+    no_recompute = unchecked_replace(options, recompute_granularity="none", recompute_modules=frozenset())
     staged = staged or staged_layout(model, layout)
     return RunAmounts(
         stages=tuple(
