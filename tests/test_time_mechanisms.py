@@ -85,3 +85,40 @@ def test_nvfp4_experts_gain_what_dense_nvfp4_gains_over_mxfp8() -> None:
     assert nvfp4 < 0.5 * 10.0e15
     # A GPU without FP8 tensor cores keeps the raw peak (no FP8-class rate to start from).
     assert grouped_peak_flops_per_second(replace(amounts("nvfp4"), fp8_peak_flops_per_second=0.0), c) == 10.0e15
+
+
+def test_sliding_window_attention_saturates_on_its_window() -> None:
+    """GPT-OSS (window (127, 0) on every other layer: W = 128 keys), GB200 BF16 at 4K: the windowed layers' attention
+    rate is the full layers' × (128 / (128 + L½)) / (c / (c + L½)) — the kernel saturates on the
+    window's keys (cuDNN SWA-128 runs at 6–8% of peak, kernel-rates-by-shape.md §3b), so the
+    window attention costs more per FLOP than the full attention; the explain terms split them."""
+    from lcmoe.catalog import load_hardware, load_model
+    from lcmoe.estimate.time import (
+        attention_saturation,
+        explain_time,
+        shipped_time_coefficients,
+        stage_rates,
+        time_amounts,
+        window_attention_saturation,
+    )
+    from lcmoe.run import RunConfig, build_layout
+    from lcmoe.workload import TrainingOptions
+
+    model, gpu = load_model("gpt-oss-120b"), load_hardware("gb200")
+    c = shipped_time_coefficients("blackwell")
+    run = RunConfig(model, gpu, build_layout(model, 64, ep=8, mbs=1, gbs=512), TrainingOptions(seq_len=4096))
+    a = time_amounts(run)
+    assert a.attention_window == model.window_tokens == 128
+    r = stage_rates(a, c)
+    full = attention_saturation(a.attention_chunk, c)
+    assert r.window_attention_flops_per_second / r.attention_flops_per_second == pytest.approx(
+        (128 / (128 + c.attention_half_chunk)) / full
+    )
+    assert r.window_attention_flops_per_second / 2.5e15 < 0.08  # near the measured 6–8% of peak
+    # No window: the full layers' saturation; a window longer than the chunk: the chunk's.
+    assert window_attention_saturation(4096, 0, c) == full
+    assert window_attention_saturation(4096, 8192, c) == full
+    names = {t.name: t for t in explain_time(run).terms}
+    window = names["sliding-window attention core"]
+    assert window.seconds == pytest.approx(window.amount / window.rate)
+    assert window.rate == pytest.approx(r.window_attention_flops_per_second)

@@ -85,6 +85,7 @@ from lcmoe.estimate.time.compute import (
     grouped_gemm_saturation,
     grouped_peak_flops_per_second,
     narrow_m_factor,
+    window_attention_saturation,
 )
 from lcmoe.estimate.time.explain import TimeExplanation, explain_time
 from lcmoe.estimate.time.host import (
@@ -203,4 +204,5 @@ __all__ = [
     "time_amounts",
     "time_term",
     "tp_layer_bytes",
+    "window_attention_saturation",
 ]

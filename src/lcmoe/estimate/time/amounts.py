@@ -118,6 +118,9 @@ class RunAmounts:
     # The FP8 dense peak (FLOP/s) beside the precision's own: NVFP4 expert GEMMs are rated from
     # the FP8-class ones (compute.grouped_peak_flops_per_second). 0 where the GPU has no FP8.
     fp8_peak_flops_per_second: float = 0.0
+    # Keys each query of a sliding-window layer attends (ModelSpec.window_tokens; 0: no such
+    # layer): its kernel's rate saturates on the window, not the chunk (compute.attention_saturation).
+    attention_window: float = 0.0
 
     @property
     def gemm_peak(self) -> float:
@@ -420,6 +423,7 @@ def time_amounts(run: RunConfig, staged: StagedLayout | None = None) -> RunAmoun
         expert_gemm_size=model.expert_width * model.expert_ffn / layout.etp if model.is_moe else 0.0,
         local_experts=local_experts if model.is_moe else 0.0,
         attention_chunk=attention_chunk(layout, options, sparse=model.is_dsa),
+        attention_window=float(model.window_tokens),
         dispatcher=options.dispatcher,
         ep_overlap=options.overlap_moe_expert_parallel_comm,
         cuda_graph_scope=frozenset(options.cuda_graph_scope),

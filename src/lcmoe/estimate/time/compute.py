@@ -84,6 +84,18 @@ def attention_saturation(chunk: float, c: TimeCoefficients) -> float:
     return chunk / (chunk + c.attention_half_chunk)
 
 
+def window_attention_saturation(chunk: float, window: float, c: TimeCoefficients) -> float:
+    """W / (W + L½) with W = min(window, chunk): a sliding-window kernel's query block attends only
+    the W keys of its window, so its fixed per-block work is spread over W keys, not the chunk's
+    (``attention_saturation`` at W; a full layer's when ``window`` is 0). Checks against the cuDNN
+    training benchmark (kernel-rates-by-shape.md §3b), on Bridge's count of the window's FLOPs:
+    GB200 BF16, W = 128, d 64: 0.574 (the Blackwell efficiency) · 128 / 1152 · 0.939 (GB200's
+    clock) = 6.0% of peak vs 6.6% forward / 7.5% backward measured; H200 BF16, W = 1024, d 64:
+    0.563 · 1024 / 2048 = 28% vs 36% / 30%. A full-attention rate at the chunk would put both
+    near 50%."""
+    return attention_saturation(min(window, chunk) if window > 0 else chunk, c)
+
+
 # The measured range of attention_efficiency per family, at the family's reference GPU (H100,
 # B200), from kernels-and-links.md §8 "BF16 causal, ≥ 8K" rows (forward low/high, backward
 # low/high): H100 0.61–0.70 / 0.55–0.59, B200 0.59–0.72 / 0.43–0.60, combined on Bridge's count

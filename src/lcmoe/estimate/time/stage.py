@@ -20,9 +20,11 @@ from lcmoe.estimate.time.compute import (
     grouped_gemm_saturation,
     grouped_peak_flops_per_second,
     narrow_m_factor,
+    window_attention_saturation,
 )
 from lcmoe.estimate.time.host import HOST_SYNCING_DISPATCHERS, exposed_host_seconds, layer_host_seconds
 from lcmoe.estimate.time.recompute import recompute_seconds
+from lcmoe.specs.model import AttentionKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,9 @@ class StageRates:
     gemm_fixed_seconds: float  # per dense GEMM kernel (GemmShapeCost.fixed_seconds)
     expert_gemm_flops_per_second: float  # grouped peak · clock · efficiency · saturation
     attention_flops_per_second: float  # BF16 peak · clock · efficiency · chunk saturation
+    # A sliding-window layer's: the same with the saturation at min(window, chunk)
+    # (window_attention_saturation).
+    window_attention_flops_per_second: float
     logits_flops_per_second: float  # the output layer: BF16 peak · clock · BF16 GEMM efficiency
     tp_bytes_per_second: float
     cp_bytes_per_second: float
@@ -84,6 +89,7 @@ def stage_rates(a: RunAmounts, c: TimeCoefficients) -> StageRates:
     shape = gemm_shape_cost(a.architecture, a.tensor_core)
     saturation = grouped_gemm_saturation(a.tokens_per_expert, c, a.expert_gemm_size)
     attention_saturated = attention_saturation(a.attention_chunk, c)
+    attention_rate = a.bf16_peak_flops_per_second * clock * c.attention_efficiency
     return StageRates(
         dense_gemm_flops_per_second=a.gemm_peak_flops_per_second * clock * gemm_efficiency(a.tensor_core, c),
         dense_narrow_factor=narrow_m_factor(a.dense_gemm_rows, shape),
@@ -92,7 +98,9 @@ def stage_rates(a: RunAmounts, c: TimeCoefficients) -> StageRates:
         * clock
         * c.grouped_gemm_efficiency
         * saturation,
-        attention_flops_per_second=a.bf16_peak_flops_per_second * clock * c.attention_efficiency * attention_saturated,
+        attention_flops_per_second=attention_rate * attention_saturated,
+        window_attention_flops_per_second=attention_rate
+        * window_attention_saturation(a.attention_chunk, a.attention_window, c),
         logits_flops_per_second=a.bf16_peak_flops_per_second * clock * c.gemm_efficiency_bf16,
         tp_bytes_per_second=link_bandwidth(a, a.tp_span, c),
         cp_bytes_per_second=link_bandwidth(a, a.cp_span, c),
@@ -138,6 +146,11 @@ class LayerSeconds:
         )
 
 
+def attention_rate(g: LayerAmounts, r: StageRates) -> float:
+    """The attention-core rate of layer ``g``: the sliding-window one for a windowed layer."""
+    return r.window_attention_flops_per_second if g.kind is AttentionKind.SWA else r.attention_flops_per_second
+
+
 def cp_ring_layer_seconds(a: RunAmounts, g: LayerAmounts, c: TimeCoefficients, cp_bw: float, attention: float) -> float:
     """Exposed CP ring time of a layer: each of the 3·(cp − 1) ring steps (forward 1, backward 2)
     exposes max(0, t_kv·(1 − cp_ring_hidden) − t_attention / cp / 3), t_kv = KV bytes per step / link."""
@@ -172,7 +185,7 @@ def layer_seconds(a: RunAmounts, g: LayerAmounts, c: TimeCoefficients, r: StageR
     dense = (g.dense_flops + g.linear_flops) * r.dense_narrow_factor / r.dense_gemm_flops_per_second
     dense += g.dense_gemm_kernels * r.gemm_fixed_seconds
     experts = g.expert_flops / r.expert_gemm_flops_per_second * a.moe_imbalance if g.expert_flops else 0.0
-    attention = g.attention_flops / r.attention_flops_per_second
+    attention = g.attention_flops / attention_rate(g, r)
     scan = g.mamba_scan_flops / c.mamba_scan_flops_per_second
     if g.gdn_token_heads:
         scan += gdn_kernel_seconds(g.gdn_token_heads, a.architecture)
