@@ -377,10 +377,15 @@ def fit_families(cases: list[PerfCase], base: TimeCoefficients | None = None) ->
     upper: list[float] = [BOUNDS[n][1] for n in shared]
     scale: list[float] = [_scale(n) for n in shared]
     start: list[float] = [getattr(start_coeffs, n) for n in shared]
+    # Older containers per family (the long-context card's runs are taken as the newest software,
+    # no factor of their own, so their misfit stays visible and shapes the long-context terms).
+    references = {family: reference_container(rows) for family, rows in families.items()}
+    older = {
+        family: sorted({c.container for c in rows} - {references[family], LONG_CONTEXT}, key=version_key)
+        for family, rows in families.items()
+    }
     # One release rate for every family: the same NeMo containers ship both (SHARED_RELEASE_RATE).
-    shared_rate = SHARED_RELEASE_RATE and any(
-        {c.container for c in rows} - {reference_container(rows), LONG_CONTEXT} for rows in families.values()
-    )
+    shared_rate = SHARED_RELEASE_RATE and any(older.values())
     if shared_rate:
         lower.append(RELEASE_RATE_BOUNDS[0])
         upper.append(RELEASE_RATE_BOUNDS[1])
@@ -391,10 +396,7 @@ def fit_families(cases: list[PerfCase], base: TimeCoefficients | None = None) ->
     for family, rows in families.items():
         names = [n for n in wanted[family] if n not in shared and n not in _fixed(family)]
         names = [n for n in names if n not in _tied(family, names)]
-        reference = reference_container(rows)
-        # The long-context card's runs are taken as the newest software (no factor of their
-        # own), so their misfit stays visible and shapes the long-context terms.
-        containers = sorted({c.container for c in rows} - {reference, LONG_CONTEXT}, key=version_key)
+        reference, containers = references[family], older[family]
         gpus = sorted({c.run.hardware.name for c in rows} - set(REFERENCE_GPUS) - set(MEASURED_CLOCKS))
         slot = _FamilySlots(
             family, rows, names, containers, gpus, reference, len(start), _fp8_prior_case(rows, names), not shared_rate

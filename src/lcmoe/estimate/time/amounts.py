@@ -57,6 +57,11 @@ class LayerAmounts:
     # the same count as its s/(TP·CP) tokens × all heads.
     gdn_token_heads: float = 0.0
 
+    @property
+    def windowed_attention(self) -> bool:
+        """Whether the layer's attention is a sliding window (rated at its window, not the chunk)."""
+        return self.kind is AttentionKind.SWA
+
 
 @dataclass(frozen=True, slots=True)
 class StageAmounts:
@@ -119,7 +124,8 @@ class RunAmounts:
     # the FP8-class ones (compute.grouped_peak_flops_per_second). 0 where the GPU has no FP8.
     fp8_peak_flops_per_second: float = 0.0
     # Keys each query of a sliding-window layer attends (ModelSpec.window_tokens; 0: no such
-    # layer): its kernel's rate saturates on the window, not the chunk (compute.attention_saturation).
+    # layer): its kernel's rate saturates on the window, not the chunk
+    # (compute.window_attention_saturation).
     attention_window: float = 0.0
 
     @property

@@ -24,7 +24,6 @@ from lcmoe.estimate.time.compute import (
 )
 from lcmoe.estimate.time.host import HOST_SYNCING_DISPATCHERS, exposed_host_seconds, layer_host_seconds
 from lcmoe.estimate.time.recompute import recompute_seconds
-from lcmoe.specs.model import AttentionKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +147,7 @@ class LayerSeconds:
 
 def attention_rate(g: LayerAmounts, r: StageRates) -> float:
     """The attention-core rate of layer ``g``: the sliding-window one for a windowed layer."""
-    return r.window_attention_flops_per_second if g.kind is AttentionKind.SWA else r.attention_flops_per_second
+    return r.window_attention_flops_per_second if g.windowed_attention else r.attention_flops_per_second
 
 
 def cp_ring_layer_seconds(a: RunAmounts, g: LayerAmounts, c: TimeCoefficients, cp_bw: float, attention: float) -> float:

@@ -18,7 +18,6 @@ from lcmoe.estimate.time.coefficients import TimeCoefficients
 from lcmoe.estimate.time.communication import DISPATCH_SM_SHARE, link_bandwidth
 from lcmoe.estimate.time.compute import GDN_SECONDS_PER_TOKEN_HEAD
 from lcmoe.estimate.time.stage import LayerSeconds, StageRates, cp_ring_layer_seconds, layer_seconds, stage_rates
-from lcmoe.specs.model import AttentionKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,14 +97,14 @@ def _compute_terms(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients, r: S
         ),
         time_term(
             "attention core",
-            sum(n * g.attention_flops for g, n in pairs if g.kind is not AttentionKind.SWA),
+            sum(n * g.attention_flops for g, n in pairs if not g.windowed_attention),
             (flop, per_s),
             r.attention_flops_per_second,
             "attention",
         ),
         time_term(
             "sliding-window attention core",
-            sum(n * g.attention_flops for g, n in pairs if g.kind is AttentionKind.SWA),
+            sum(n * g.attention_flops for g, n in pairs if g.windowed_attention),
             (flop, per_s),
             r.window_attention_flops_per_second,
             "attention",
