@@ -14,7 +14,7 @@ import pytest
 
 from lcmoe.estimate.time import shipped_time_coefficients
 from lcmoe.plan.format import plan_row
-from lcmoe.report.render import plans_heading
+from lcmoe.report.content import plans_heading
 from lcmoe.report.strings import say
 from tests.conftest import run_cli
 
@@ -215,7 +215,8 @@ def test_report_shows_every_setting_of_each_plan(report: tuple[Path, dict[str, o
     """Besides the plans table, the report lists the settings it leaves out (optimizer, EP overlap,
     CP exchange, sequence parallel, pipeline layout, recompute spelled whole), as the CLI does."""
     from lcmoe.plan.format import settings_table_rows
-    from lcmoe.report.render import SETTINGS_TABLE_COLUMNS, _md_table
+    from lcmoe.report.content import SETTINGS_TABLE_COLUMNS
+    from lcmoe.report.markdown import _md_table
 
     path, payload = report
     rows = settings_table_rows(payload)
