@@ -121,13 +121,17 @@ def test_impossible_requests_exit_2_with_one_sentence(args: list[str], field: st
 
 
 def test_a_gpu_count_with_a_large_odd_factor_points_to_the_nearest_power_of_two() -> None:
-    """250 = 2·5³ leaves TP/CP/EP/PP only the factor 2; 256 fits where the next doubling (500) was named."""
+    """250 = 2·5³ leaves TP/CP/EP/PP only the factor 2, so the next power of two (256) is tried
+    before the next doubling (500). The CLI runs on 18 = 2·9, the same case at a size searched in
+    seconds (250 took minutes): nothing fits, 32 (not the doubling, 36) is named, and 16 fits too."""
     from lcmoe.plan.search import larger_gpu_counts
     from tests.conftest import run_cli
 
     assert larger_gpu_counts(250)[:2] == [256, 500]
     assert larger_gpu_counts(256) == [512, 1024, 2048, 4096]
-    code, out, _ = run_cli("plan", "-m", "qwen3-30b-a3b", "-g", "h100", "-n", "250", "-s", "32k")
-    assert code == 1 and "smallest count that fits is 256 GPUs" in out and "250 = 2 × 125" in out
-    code, out, _ = run_cli("plan", "-m", "qwen3-30b-a3b", "-g", "h100", "-n", "250", "-s", "32k", "-q")
-    assert "at least 256 GPUs" in out and "?" not in out
+    assert larger_gpu_counts(18)[:2] == [32, 36]
+    code, out, _ = run_cli("plan", "-m", "qwen3-30b-a3b", "-g", "h100", "-n", "18", "-s", "32k")
+    assert code == 1 and "smallest count that fits is 32 GPUs" in out and "18 = 2 × 9" in out
+    assert "fewer GPUs fit as well: 16" in out
+    code, out, _ = run_cli("plan", "-m", "qwen3-30b-a3b", "-g", "h100", "-n", "18", "-s", "32k", "-q")
+    assert "at least 32 GPUs" in out and "?" not in out

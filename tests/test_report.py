@@ -34,9 +34,11 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, ob
 
 @pytest.fixture(scope="module")
 def report_zh(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The same report in Chinese (its text is wider per character: checked at both widths too)."""
+    """The same report in Chinese (its text is wider per character: checked at both widths too).
+    Its sweep is the request's own length, so the plan search is the only search (the English
+    report's 32k row would cost a second search for the same page layout)."""
     out = tmp_path_factory.mktemp("report_zh") / "report.html"
-    code, _, err = run_cli("--lang", "zh", "report", *ARGS, "--sweep", "32k,128k", "--out", str(out), "-q")
+    code, _, err = run_cli("--lang", "zh", "report", *ARGS, "--sweep", "128k", "--out", str(out), "-q")
     assert code == 0, err
     assert 'lang="zh-CN"' in out.read_text(encoding="utf-8")
     return out
