@@ -95,7 +95,7 @@ def with_rank_prefix(lines: Iterable[str], rank: int) -> list[str]:
     return [f"[rank{rank}]: {line}" for line in lines]
 
 
-# ----- failures users reported (issue #35 item 7; diagnose/failures.py) ---------------------------
+# ----- failures users reported (issue #35 item 7; diagnose/failure_patterns.py) ---------------------------
 # Each fixture is the report's own log text (the issue or pull request named in its docstring), put
 # behind the launcher prefixes lcmoe reads. Where a report shows only part of a line, the rest is
 # the format of the library that prints it (named there).

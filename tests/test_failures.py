@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from lcmoe.config_io.megatron_args import tokenize_args
-from lcmoe.diagnose.failures import PATTERNS, PATTERNS_BY_ID, TRIGGERS, match_line
+from lcmoe.diagnose.failure_patterns import PATTERNS, PATTERNS_BY_ID, TRIGGERS
+from lcmoe.diagnose.failures import match_line
 from lcmoe.diagnose.logs import parse_log_lines
 from lcmoe.emit.megatron_lm import megatron_lm_args
 from lcmoe.rules.advice import FAILURE_RULES, RULE_IDS

@@ -26,7 +26,8 @@ from lcmoe.estimate.time import (
 from lcmoe.rules.legality import violations
 from lcmoe.run import RunConfig
 from lcmoe.specs.hf import model_from_hf_config
-from lcmoe.specs.model import AttentionKind, model_from_dict, split_hybrid_pattern
+from lcmoe.specs.layer_patterns import AttentionKind, split_hybrid_pattern
+from lcmoe.specs.model import model_from_dict
 from lcmoe.workload import TrainingOptions
 from tests.helpers import make_run, with_layout, with_options
 

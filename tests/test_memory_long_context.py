@@ -26,8 +26,8 @@ from lcmoe.estimate.memory import (
     token_shape,
 )
 from lcmoe.layout import pipeline_stages
+from lcmoe.specs.layer_patterns import AttentionKind
 from lcmoe.specs.layers import attention_kind
-from lcmoe.specs.model import AttentionKind
 from lcmoe.workload import TrainingOptions
 from tests.helpers import make_run, with_layout
 

@@ -12,7 +12,8 @@ from lcmoe.catalog import hardware_names, load_hardware, load_model, load_model_
 from lcmoe.errors import LcmoeError, UnknownNameError
 from lcmoe.specs._validate import validate_or_explain
 from lcmoe.specs.hf import model_from_hf_config
-from lcmoe.specs.model import ModelSpec, parse_layer_pattern
+from lcmoe.specs.layer_patterns import parse_layer_pattern
+from lcmoe.specs.model import ModelSpec
 from tests.helpers import HF_FAMILY_BASE
 
 REQUIRED_MODELS = {
@@ -202,8 +203,8 @@ def test_qwen3_5_397b_has_15_gated_attention_layers_and_gdn_elsewhere() -> None:
 
 
 def test_deepseek_v4_flash_layer_kinds_and_indexers() -> None:
+    from lcmoe.specs.layer_patterns import AttentionKind
     from lcmoe.specs.layers import mixer_kind
-    from lcmoe.specs.model import AttentionKind
 
     spec = load_model("deepseek-v4-flash")
     assert spec.attention_label == "CSA"

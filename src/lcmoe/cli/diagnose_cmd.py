@@ -2,23 +2,26 @@
 node is ready, and the cluster's measured speed.
 
 Exit codes: diagnose 0 nothing wrong, 1 findings (OOM, slower than predicted, communication
-failure, a known failure from diagnose/failures.py, regression),
+failure, a known failure from diagnose/failure_patterns.py, regression),
 2 bad input; preflight 0 / 1 / 2 by the worst check (pass / warn / fail);
 calibrate 0 written, 2 bad input."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
 
 from lcmoe.cli import run_options as ro
 from lcmoe.cli.common import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, JSON, print_json, resolve_hardware, stdout
-from lcmoe.diagnose.logs import LogSummary
+from lcmoe.diagnose.log_records import LogSummary
 from lcmoe.errors import LcmoeError
 from lcmoe.run import RunConfig
+
+if TYPE_CHECKING:
+    from lcmoe.estimate.time import TimeCoefficients
 
 GIB = 1024.0**3
 MIN_INTERVALS_FOR_SPEED = 3  # fewer steady intervals are noise, not a speed
@@ -105,7 +108,6 @@ def diagnose(
     run, source = resolve_log_run(summary, plan=plan, config=config, model=model, gpu=gpu, gpus=gpus, seq_len=seq_len)
     result["config_source"] = source
     coefficients = ro.time_coefficients(calibration, run.hardware) if run else None
-    findings = bool(summary.comm_failures)
     result["comm_failures"] = [
         {"library": c.library, "line": c.line_number, "text": c.text, "fix": _COMM_FIXES[c.library]}
         for c in summary.comm_failures
@@ -113,47 +115,14 @@ def diagnose(
     known = _known_failures(summary, run)
     if known:
         result["failures"] = known
-        findings = True
     if run is not None:
-        from lcmoe.estimate.memory import estimate_memory
-
-        memory = estimate_memory(run.model, run.hardware, run.layout, run.options)
-        peak = summary.peak_memory()
-        if peak is not None and peak.max_allocated:
-            result["memory"] = {
-                "measured_max_allocated_bytes": peak.max_allocated,
-                "measured_rank": peak.rank,
-                "predicted_peak_allocated_bytes": memory.peak_allocated_bytes,
-                "error": memory.peak_allocated_bytes / peak.max_allocated - 1,
-            }
-            if peak.max_reserved:
-                # The log's max reserved is PyTorch's (no CUDA context or NCCL/DeepEP buffers).
-                result["memory"].update(
-                    measured_max_reserved_bytes=peak.max_reserved,
-                    predicted_peak_torch_reserved_bytes=memory.peak_torch_reserved_bytes,
-                    reserved_error=memory.peak_torch_reserved_bytes / peak.max_reserved - 1,
-                )
+        memory = _memory_comparison(run, summary)
+        if memory:
+            result["memory"] = memory
     if summary.ooms:
-        findings = True
-        if run is not None:
-            from lcmoe.diagnose.oom import diagnose_oom
-
-            result["oom"] = diagnose_oom(run, summary, margin=margin, coefficients=coefficients).as_dict()
-        else:
-            from lcmoe.diagnose.oom import oom_sentences
-
-            result["oom"] = {"evidence": oom_sentences(summary), "ladder": []}
-    from lcmoe.diagnose.steps import step_stats
-
-    stats = step_stats(summary)
-    if stats is not None:
-        result["steps"] = stats.as_dict()
-        if run is not None and stats.intervals >= MIN_INTERVALS_FOR_SPEED:
-            from lcmoe.diagnose.performance import diagnose_speed
-
-            speed = diagnose_speed(run, stats, summary, coefficients=coefficients, margin=margin)
-            result["speed"] = speed.as_dict()
-            findings = findings or speed.verdict == "slower than predicted"
+        result["oom"] = _oom_diagnosis(run, summary, margin=margin, coefficients=coefficients)
+    slower = _add_step_speed(result, run, summary, margin=margin, coefficients=coefficients)
+    findings = bool(summary.comm_failures) or bool(known) or bool(summary.ooms) or slower
     code = EXIT_FINDINGS if findings else EXIT_OK
     result["exit_code"] = code
     if json_output:
@@ -163,6 +132,69 @@ def diagnose(
     else:
         _render_diagnosis(result)
     raise typer.Exit(code)
+
+
+def _memory_comparison(run: RunConfig, summary: LogSummary) -> dict[str, Any]:
+    """The log's peak memory (its most loaded rank) against the prediction; empty without a
+    memory report."""
+    from lcmoe.estimate.memory import estimate_memory
+
+    memory = estimate_memory(run.model, run.hardware, run.layout, run.options)
+    peak = summary.peak_memory()
+    if peak is None or not peak.max_allocated:
+        return {}
+    out: dict[str, Any] = {
+        "measured_max_allocated_bytes": peak.max_allocated,
+        "measured_rank": peak.rank,
+        "predicted_peak_allocated_bytes": memory.peak_allocated_bytes,
+        "error": memory.peak_allocated_bytes / peak.max_allocated - 1,
+    }
+    if peak.max_reserved:
+        # The log's max reserved is PyTorch's (no CUDA context or NCCL/DeepEP buffers).
+        out.update(
+            measured_max_reserved_bytes=peak.max_reserved,
+            predicted_peak_torch_reserved_bytes=memory.peak_torch_reserved_bytes,
+            reserved_error=memory.peak_torch_reserved_bytes / peak.max_reserved - 1,
+        )
+    return out
+
+
+def _oom_diagnosis(
+    run: RunConfig | None, summary: LogSummary, *, margin: float, coefficients: TimeCoefficients | None
+) -> dict[str, Any]:
+    """The OOM's cause and remediation ladder; with no run to re-estimate, the log's own evidence."""
+    if run is None:
+        from lcmoe.diagnose.oom import oom_sentences
+
+        return {"evidence": oom_sentences(summary), "ladder": []}
+    from lcmoe.diagnose.oom import diagnose_oom
+
+    return diagnose_oom(run, summary, margin=margin, coefficients=coefficients).as_dict()
+
+
+def _add_step_speed(
+    result: dict[str, Any],
+    run: RunConfig | None,
+    summary: LogSummary,
+    *,
+    margin: float,
+    coefficients: TimeCoefficients | None,
+) -> bool:
+    """Add the step statistics and, with a run and enough intervals, measured against predicted
+    speed to ``result``; True when the run is slower than predicted (a finding)."""
+    from lcmoe.diagnose.steps import step_stats
+
+    stats = step_stats(summary)
+    if stats is None:
+        return False
+    result["steps"] = stats.as_dict()
+    if run is None or stats.intervals < MIN_INTERVALS_FOR_SPEED:
+        return False
+    from lcmoe.diagnose.performance import diagnose_speed
+
+    speed = diagnose_speed(run, stats, summary, coefficients=coefficients, margin=margin)
+    result["speed"] = speed.as_dict()
+    return speed.verdict == "slower than predicted"
 
 
 def _known_failures(summary: LogSummary, run: RunConfig | None) -> list[dict[str, object]]:
@@ -266,42 +298,50 @@ def _render_diagnosis(result: dict[str, Any]) -> None:
         )
     speed = result.get("speed")
     if speed:
-        stdout.print(
-            f"speed: measured {speed['measured_step_seconds']:.3f} s vs predicted "
-            f"{speed['predicted_step_seconds']:.3f} s "
-            f"(×{speed['measured_over_predicted']:.2f}, band ±{100 * speed['band']:.0f}%): [bold]{speed['verdict']}[/]"
-        )
-        top = sorted(speed["breakdown_seconds"].items(), key=lambda kv: -kv[1])[:6]
-        stdout.print("  predicted step: " + ", ".join(f"{k} {v:.3f}s" for k, v in top), highlight=False)
-        stdout.print(f"  bottleneck (largest non-compute term): {speed['bottleneck']}")
-        for note in speed["notes"]:
-            stdout.print(f"  note: {note}", highlight=False)
-        for knob in speed["knobs"][:5]:
-            fits = "fits" if knob["fits"] else "does not fit"
-            stdout.print(
-                f"  try [{knob['rule']}] {knob['change']}: {100 * knob['throughput_change']:+.1f}% tokens/s ({fits})",
-                highlight=False,
-            )
+        _render_speed(speed)
     for known in result.get("failures", []):
-        times = f", {known['count']} times" if known["count"] > 1 else ""
-        rank = f" rank {known['rank']}" if known["rank"] is not None else ""
-        maybe = (
-            ""
-            if known["confirmed"]
-            else f" (unconfirmed: the log does not say whether {', '.join(known['requires'])}; pass --config or --plan)"
-        )
-        where = f"line {known['line']}{rank}{times}"
-        text = escape(f"[{known['rule']}] {known['pattern']}{maybe} — {where}: {known['text']}")
-        stdout.print(f"[red]{known['class']}[/] {text}", highlight=False)
-        stdout.print(f"  why: {known['explanation']}", highlight=False)
-        stdout.print(f"  fix: {known['fix']}", highlight=False)
-        stdout.print(f"  source: {', '.join(known['sources'])}", highlight=False)
+        _render_known_failure(known)
     for failure in result["comm_failures"][:5]:
         text = escape(str(failure["text"]))
         stdout.print(f"[red]{failure['library']}[/] line {failure['line']}: {text}", highlight=False)
         stdout.print(f"  fix: {failure['fix']}", highlight=False)
     if not oom and "speed" not in result and result["config_source"].startswith("none"):
         stdout.print(f"no prediction: config {escape(str(result['config_source']))}")
+
+
+def _render_speed(speed: dict[str, Any]) -> None:
+    stdout.print(
+        f"speed: measured {speed['measured_step_seconds']:.3f} s vs predicted "
+        f"{speed['predicted_step_seconds']:.3f} s "
+        f"(×{speed['measured_over_predicted']:.2f}, band ±{100 * speed['band']:.0f}%): [bold]{speed['verdict']}[/]"
+    )
+    top = sorted(speed["breakdown_seconds"].items(), key=lambda kv: -kv[1])[:6]
+    stdout.print("  predicted step: " + ", ".join(f"{k} {v:.3f}s" for k, v in top), highlight=False)
+    stdout.print(f"  bottleneck (largest non-compute term): {speed['bottleneck']}")
+    for note in speed["notes"]:
+        stdout.print(f"  note: {note}", highlight=False)
+    for knob in speed["knobs"][:5]:
+        fits = "fits" if knob["fits"] else "does not fit"
+        stdout.print(
+            f"  try [{knob['rule']}] {knob['change']}: {100 * knob['throughput_change']:+.1f}% tokens/s ({fits})",
+            highlight=False,
+        )
+
+
+def _render_known_failure(known: dict[str, Any]) -> None:
+    times = f", {known['count']} times" if known["count"] > 1 else ""
+    rank = f" rank {known['rank']}" if known["rank"] is not None else ""
+    maybe = (
+        ""
+        if known["confirmed"]
+        else f" (unconfirmed: the log does not say whether {', '.join(known['requires'])}; pass --config or --plan)"
+    )
+    where = f"line {known['line']}{rank}{times}"
+    text = escape(f"[{known['rule']}] {known['pattern']}{maybe} — {where}: {known['text']}")
+    stdout.print(f"[red]{known['class']}[/] {text}", highlight=False)
+    stdout.print(f"  why: {known['explanation']}", highlight=False)
+    stdout.print(f"  fix: {known['fix']}", highlight=False)
+    stdout.print(f"  source: {', '.join(known['sources'])}", highlight=False)
 
 
 def preflight(

@@ -21,7 +21,7 @@ Line formats (megatron-bridge-facts.md §7, with the Bridge/Megatron-LM sources 
 - communication-library failures (NCCL errors, DeepEP / HybridEP buffer or assertion failures),
   which surface as other RuntimeErrors;
 - the failures users report (DeepEP timeouts, a dispatcher replaced, CUDA-graph and A2A-overlap
-  hangs, CP divisibility): the table in ``diagnose/failures.py``, matched by the same linear-time
+  hangs, CP divisibility): the table in ``diagnose/failure_patterns.py``, matched by the same linear-time
   means (substring tests, then one anchored match), each with its explanation, fix, rule and source.
 
 Logs can be gigabytes, with ranks interleaved and lines cut. The reader streams bytes, caps a
@@ -43,7 +43,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, cast
 
-from lcmoe.diagnose.failures import FailureCollector, Finding
+from lcmoe.diagnose.comm_lines import FAILURE_WORDS, comm_library
+from lcmoe.diagnose.failures import FailureCollector
+from lcmoe.diagnose.log_records import (
+    CommFailure,
+    IterationRecord,
+    MemoryReport,
+    OomEvent,
+    TheoreticalMemory,
+)
+from lcmoe.diagnose.log_records import LogSummary as LogSummary  # cli/log_progress.py reads it here
 from lcmoe.errors import LcmoeError
 from lcmoe.safe_io import check_regular_file, os_reason
 
@@ -86,52 +95,7 @@ _OOM = re.compile(
 )
 _OOM_IN_USE = re.compile(r"this process has " + _SIZE + r" memory in use")
 _OOM_BY_PYTORCH = re.compile(r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch, and " + _SIZE)
-# Communication-library failures, matched in linear time (issue #31: ``deep[_ ]?ep.*(?:error|…)``
-# backtracked quadratically over a long line of repeated "DeepEP", 258 s for a 1.3 MB log). A
-# library is named by its first mention; a failure word must follow that mention on the line
-# (the first mention leaves the longest tail, so this is what the ``.*`` search meant).
-_LIBRARY_MENTIONS: tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...] = (
-    ("hybridep", re.compile(r"hybrid[_ ]?ep", re.IGNORECASE), ("error", "fail", "assert", "out of memory", "exceed")),
-    (
-        "deepep",
-        re.compile(r"deep[_ ]?ep", re.IGNORECASE),
-        ("error", "fail", "assert", "out of memory", "exceed", "timeout"),
-    ),
-)
-_NCCL_PLAIN = re.compile(r"NCCL (?:error|WARN)|ncclUnhandledCudaError|NCCL timeout|Watchdog caught")
-_WORD = re.compile(r"\w+")
 
-
-def _nccl_failure(line: str) -> bool:
-    """``NCCL error|WARN``, ``NCCL timeout``, a watchdog, or a word ``nccl…Error`` (one \\w run
-    holding "nccl" and a later "Error"), each found in one pass."""
-    if _NCCL_PLAIN.search(line):
-        return True
-    if "nccl" not in line or "Error" not in line:
-        return False
-    for word in _WORD.finditer(line):
-        token = word.group(0)
-        at = token.find("nccl")
-        if at >= 0 and "Error" in token[at + 4 :]:
-            return True
-    return False
-
-
-def comm_library(line: str) -> str | None:
-    """The communication library a failure line blames (hybridep, deepep, nccl), or None."""
-    lower: str | None = None
-    for library, mention, words in _LIBRARY_MENTIONS:
-        found = mention.search(line)
-        if found:
-            lower = lower if lower is not None else line.lower()
-            tail = lower[found.end() :]
-            if any(word in tail for word in words):
-                return library
-    return "nccl" if _nccl_failure(line) else None
-
-
-# Cheap pre-filter for the communication-failure patterns (most NCCL lines are INFO chatter).
-_FAILURE_WORDS = ("rror", "WARN", "ail", "ssert", "xceed", "imeout", "atchdog", "memory")
 _UNITS = {
     "B": 1,
     "bytes": 1,
@@ -156,157 +120,6 @@ def _finite(text: str) -> float | None:
     except ValueError:
         return None
     return value if math.isfinite(value) else None
-
-
-@dataclass(frozen=True, slots=True)
-class IterationRecord:
-    """One iteration line: ``elapsed_ms`` is the average over the logging interval."""
-
-    iteration: int
-    train_iters: int
-    elapsed_ms: float
-    tflops_per_gpu: float | None
-    global_batch_size: int | None
-    lm_loss: float | None
-    nan_iterations: int | None
-    skipped_iterations: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryReport:
-    """A per-rank memory report, in bytes. ``max_allocated`` is PyTorch's peak allocated (what the
-    estimator's ``peak_allocated_bytes`` predicts); ``max_reserved`` its peak reserved."""
-
-    rank: int
-    iteration: int
-    source: str  # "bridge" (decimal GB) or "megatron-lm" (MiB)
-    allocated: float | None
-    max_allocated: float | None
-    reserved: float | None
-    max_reserved: float | None
-    alloc_retries: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class OomEvent:
-    line_number: int
-    rank: int | None
-    gpu_index: int
-    tried_bytes: float
-    capacity_bytes: float
-    free_bytes: float
-    process_in_use_bytes: float | None
-    allocated_by_pytorch_bytes: float | None
-    reserved_unallocated_bytes: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class CommFailure:
-    line_number: int
-    rank: int | None
-    library: str  # nccl | deepep | hybridep
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class TheoreticalMemory:
-    weight_and_optimizer_bytes: float
-    activation_bytes: float | None
-    total_bytes: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class LogSummary:
-    """Everything found in one log; counts say how much was read, skipped and kept."""
-
-    lines: int
-    bytes_read: int
-    overlong_lines: int
-    garbage_lines: int
-    iterations: tuple[IterationRecord, ...]
-    iteration_lines: int
-    step_summaries: tuple[tuple[float, float], ...]
-    memory_reports: tuple[MemoryReport, ...]
-    theoretical_memory: TheoreticalMemory | None
-    timers: dict[str, tuple[float, float]]
-    arguments: dict[str, str]
-    ooms: tuple[OomEvent, ...]
-    comm_failures: tuple[CommFailure, ...]
-    config_summary_seen: bool
-    failures: tuple[Finding, ...] = ()
-    """Known failures (diagnose/failures.py) before the run's settings resolve them: first line and
-    count per pattern. ``failures.resolve`` picks the ones that apply."""
-    bridge_model_values: dict[str, str] = field(default_factory=dict)
-    """The model fields Bridge's start-up "Configuration Summary" lists as non-default
-    (``ConfigContainer.log_non_default_values``, Bridge training/config.py:1809): ``name -> repr``."""
-
-    @property
-    def found(self) -> list[str]:
-        kinds = {
-            "iteration lines": bool(self.iterations),
-            "Step Time lines": bool(self.step_summaries),
-            "memory reports": bool(self.memory_reports),
-            "theoretical memory": self.theoretical_memory is not None,
-            "timers": bool(self.timers),
-            "argument dump": bool(self.arguments),
-            "CUDA OOM": bool(self.ooms),
-            "communication failures": bool(self.comm_failures),
-            "known failures": bool(self.failures),
-        }
-        return [name for name, present in kinds.items() if present]
-
-    @property
-    def missing(self) -> list[str]:
-        wanted = ["iteration lines", "memory reports", "argument dump"]
-        return [name for name in wanted if name not in self.found]
-
-    def peak_memory(self) -> MemoryReport | None:
-        """The report with the highest ``max_allocated`` (the most loaded rank)."""
-        reports = [r for r in self.memory_reports if r.max_allocated is not None]
-        return max(reports, key=lambda r: r.max_allocated or 0.0) if reports else None
-
-    def as_dict(self) -> dict[str, object]:
-        peak = self.peak_memory()
-        return {
-            "lines": self.lines,
-            "bytes_read": self.bytes_read,
-            "overlong_lines": self.overlong_lines,
-            "garbage_lines": self.garbage_lines,
-            "iteration_lines": self.iteration_lines,
-            "iterations_kept": len(self.iterations),
-            "found": self.found,
-            "missing": self.missing,
-            "memory_reports": len(self.memory_reports),
-            "peak_max_allocated_bytes": peak.max_allocated if peak else None,
-            "peak_max_reserved_bytes": peak.max_reserved if peak else None,
-            "theoretical_memory": (
-                {
-                    "weight_and_optimizer_bytes": self.theoretical_memory.weight_and_optimizer_bytes,
-                    "activation_bytes": self.theoretical_memory.activation_bytes,
-                    "total_bytes": self.theoretical_memory.total_bytes,
-                }
-                if self.theoretical_memory
-                else None
-            ),
-            "timers_ms": {k: {"min": v[0], "max": v[1]} for k, v in self.timers.items()},
-            "argument_count": len(self.arguments),
-            "ooms": [
-                {
-                    "line": o.line_number,
-                    "rank": o.rank,
-                    "gpu": o.gpu_index,
-                    "tried_bytes": o.tried_bytes,
-                    "capacity_bytes": o.capacity_bytes,
-                    "free_bytes": o.free_bytes,
-                    "reserved_unallocated_bytes": o.reserved_unallocated_bytes,
-                }
-                for o in self.ooms
-            ],
-            "comm_failures": [
-                {"line": c.line_number, "rank": c.rank, "library": c.library, "text": c.text}
-                for c in self.comm_failures
-            ],
-        }
 
 
 @dataclass(slots=True)
@@ -369,7 +182,7 @@ class _Builder:
         if (
             len(self.comm) < MAX_EVENTS
             and ("NCCL" in line or "nccl" in line or "EP" in line or "_ep" in line)
-            and any(word in line for word in _FAILURE_WORDS)
+            and any(word in line for word in FAILURE_WORDS)
         ):
             library = comm_library(line)
             if library is not None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from lcmoe.diagnose import remedies
-from lcmoe.diagnose.logs import LogSummary
+from lcmoe.diagnose.log_records import LogSummary
 from lcmoe.estimate.memory import MemoryEstimate, estimate_memory
 from lcmoe.estimate.time import TimeCoefficients, estimate_time
 from lcmoe.plan.search import PlanRequest, min_gpus_that_fit, recompute_ladder

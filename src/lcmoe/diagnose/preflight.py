@@ -77,95 +77,95 @@ def _gpu_matches(hardware_name: str, gpu_name: str) -> bool:
 
 def checks(facts: NodeFacts, run: RunConfig | None = None, *, target_megatron_core: str | None = None) -> list[Check]:
     """Every check for ``facts`` (and the plan's ``run`` when given)."""
-    out: list[Check] = []
-    py = ".".join(map(str, facts.python))
-    if facts.python[:2] < MIN_PYTHON:
-        out.append(Check("python", "fail", f"Python {py}", "use Python ≥ 3.10 (3.12 for megatron-core ≥ 0.17)"))
-    elif facts.python[:2] < (3, 12):
-        out.append(
-            Check(
-                "python",
-                "warn",
-                f"Python {py}: megatron-core ≤ 0.16.1 and megatron-bridge ≤ 0.3.1 only",
-                "use the NeMo / PyTorch container's Python 3.12",
-            )
-        )
-    else:
-        out.append(Check("python", "pass", f"Python {py}"))
-
-    torch = facts.packages.get("torch")
-    if torch is None:
-        out.append(Check("torch", "fail", "torch is not installed", "run inside the training container"))
-    elif facts.cuda_version is None:
-        out.append(
-            Check(
-                "torch",
-                "fail",
-                f"torch {torch} is a CPU build (torch.version.cuda is None)",
-                "install the CUDA build of torch (the training container has it)",
-            )
-        )
-    else:
-        out.append(Check("torch", "pass", f"torch {torch}, CUDA {facts.cuda_version}"))
-
-    if facts.nccl_version:
-        out.append(Check("nccl", "pass", f"NCCL {facts.nccl_version}"))
-    else:
-        out.append(
-            Check(
-                "nccl",
-                "warn",
-                "NCCL version unknown (torch.cuda.nccl not available)",
-                "use a CUDA build of torch with NCCL",
-            )
-        )
-
-    out.append(_gpu_check(facts, run))
-
-    te = facts.packages.get("transformer-engine")
-    needs_te = run is not None and run.options.is_fp8
-    if te:
-        out.append(Check("transformer-engine", "pass", f"Transformer Engine {te}"))
-    else:
-        out.append(
-            Check(
-                "transformer-engine",
-                "fail" if needs_te else "warn",
-                "Transformer Engine is not installed",
-                "pip install transformer_engine[pytorch] (or use the NeMo container)",
-            )
-        )
-
     mcore = facts.packages.get("megatron-core")
-    target = target_megatron_core
-    if mcore is None:
-        out.append(Check("megatron-core", "fail", "megatron-core is not installed", "pip install megatron-core"))
-    elif target and version_tuple(mcore) < version_tuple(target):
-        out.append(
-            Check(
-                "megatron-core",
-                "warn",
-                f"megatron-core {mcore} is older than the plan's {target}",
-                f"pip install 'megatron-core>={target}' or re-plan with --megatron-core-version {mcore}",
-            )
-        )
-    else:
-        out.append(Check("megatron-core", "pass", f"megatron-core {mcore}"))
-    bridge = facts.packages.get("megatron-bridge")
-    out.append(
-        Check("megatron-bridge", "pass", f"megatron-bridge {bridge}")
-        if bridge
-        else Check(
-            "megatron-bridge",
-            "warn",
-            "megatron-bridge is not installed (needed for the emitted Bridge config)",
-            "pip install megatron-bridge, or launch with megatron_lm_args.txt",
-        )
-    )
-
+    out = [
+        _python_check(facts),
+        _torch_check(facts),
+        _nccl_check(facts),
+        _gpu_check(facts, run),
+        _transformer_engine_check(facts, run),
+        _megatron_core_check(mcore, target_megatron_core),
+        _megatron_bridge_check(facts),
+    ]
     if run is not None:
         out += _plan_checks(facts, run, mcore)
     return out
+
+
+def _python_check(facts: NodeFacts) -> Check:
+    py = ".".join(map(str, facts.python))
+    if facts.python[:2] < MIN_PYTHON:
+        return Check("python", "fail", f"Python {py}", "use Python ≥ 3.10 (3.12 for megatron-core ≥ 0.17)")
+    if facts.python[:2] < (3, 12):
+        return Check(
+            "python",
+            "warn",
+            f"Python {py}: megatron-core ≤ 0.16.1 and megatron-bridge ≤ 0.3.1 only",
+            "use the NeMo / PyTorch container's Python 3.12",
+        )
+    return Check("python", "pass", f"Python {py}")
+
+
+def _torch_check(facts: NodeFacts) -> Check:
+    torch = facts.packages.get("torch")
+    if torch is None:
+        return Check("torch", "fail", "torch is not installed", "run inside the training container")
+    if facts.cuda_version is None:
+        return Check(
+            "torch",
+            "fail",
+            f"torch {torch} is a CPU build (torch.version.cuda is None)",
+            "install the CUDA build of torch (the training container has it)",
+        )
+    return Check("torch", "pass", f"torch {torch}, CUDA {facts.cuda_version}")
+
+
+def _nccl_check(facts: NodeFacts) -> Check:
+    if facts.nccl_version:
+        return Check("nccl", "pass", f"NCCL {facts.nccl_version}")
+    return Check(
+        "nccl", "warn", "NCCL version unknown (torch.cuda.nccl not available)", "use a CUDA build of torch with NCCL"
+    )
+
+
+def _transformer_engine_check(facts: NodeFacts, run: RunConfig | None) -> Check:
+    """Transformer Engine: needed for FP8 plans, expected everywhere else."""
+    te = facts.packages.get("transformer-engine")
+    if te:
+        return Check("transformer-engine", "pass", f"Transformer Engine {te}")
+    needs_te = run is not None and run.options.is_fp8
+    return Check(
+        "transformer-engine",
+        "fail" if needs_te else "warn",
+        "Transformer Engine is not installed",
+        "pip install transformer_engine[pytorch] (or use the NeMo container)",
+    )
+
+
+def _megatron_core_check(mcore: str | None, target: str | None) -> Check:
+    """megatron-core installed, and not older than the release the plan targets."""
+    if mcore is None:
+        return Check("megatron-core", "fail", "megatron-core is not installed", "pip install megatron-core")
+    if target and version_tuple(mcore) < version_tuple(target):
+        return Check(
+            "megatron-core",
+            "warn",
+            f"megatron-core {mcore} is older than the plan's {target}",
+            f"pip install 'megatron-core>={target}' or re-plan with --megatron-core-version {mcore}",
+        )
+    return Check("megatron-core", "pass", f"megatron-core {mcore}")
+
+
+def _megatron_bridge_check(facts: NodeFacts) -> Check:
+    bridge = facts.packages.get("megatron-bridge")
+    if bridge:
+        return Check("megatron-bridge", "pass", f"megatron-bridge {bridge}")
+    return Check(
+        "megatron-bridge",
+        "warn",
+        "megatron-bridge is not installed (needed for the emitted Bridge config)",
+        "pip install megatron-bridge, or launch with megatron_lm_args.txt",
+    )
 
 
 def _gpu_check(facts: NodeFacts, run: RunConfig | None) -> Check:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from lcmoe.diagnose.logs import LogSummary
+from lcmoe.diagnose.log_records import LogSummary
 from lcmoe.diagnose.steps import StepStats, step_stats
 
 MIN_RELATIVE_CHANGE = 0.01

@@ -12,7 +12,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from lcmoe.diagnose.logs import IterationRecord, LogSummary
+from lcmoe.diagnose.log_records import IterationRecord, LogSummary
 
 MAD_TO_SIGMA = 1.4826
 

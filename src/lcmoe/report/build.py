@@ -21,7 +21,9 @@ from lcmoe.estimate.memory import shipped_coefficients
 from lcmoe.estimate.time import shipped_time_coefficients
 from lcmoe.plan.payload import plan_payload
 from lcmoe.plan.search import PlanRequest, SearchResult, search
-from lcmoe.report.render import Figure, ReportInputs, figures, render_html, render_markdown
+from lcmoe.report.content import Figure, ReportInputs, figures
+from lcmoe.report.html_page import render_html
+from lcmoe.report.markdown import render_markdown
 from lcmoe.report.strings import say
 from lcmoe.rules.advice import PLANNER_ONLY, RULES
 from lcmoe.units import format_tokens

@@ -5,7 +5,8 @@ layout code (pipeline stages) and the estimators both read it, and neither impor
 from __future__ import annotations
 
 from lcmoe.errors import LcmoeError
-from lcmoe.specs.model import AttentionKind, ModelSpec
+from lcmoe.specs.layer_patterns import AttentionKind
+from lcmoe.specs.model import ModelSpec
 
 LayerSignature = tuple[bool, AttentionKind, bool, bool]
 

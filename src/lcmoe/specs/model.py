@@ -26,93 +26,31 @@ starts the MTP depths (megatron/core/models/hybrid/hybrid_layer_allocation.py:16
 
 from __future__ import annotations
 
-import re
-from enum import Enum
 from functools import cached_property
 from typing import Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from lcmoe.specs._validate import StrictSpec, validate_or_explain
+from lcmoe.specs.layer_patterns import (
+    HYBRID_ATTENTION,
+    HYBRID_MAMBA,
+    HYBRID_MLP,
+    HYBRID_MOE,
+    AttentionKind,
+    LayerPattern,
+    expand_layer_pattern,
+    hybrid_symbol_counts,
+    hybrid_symbols_per_layer,
+    parse_layer_pattern,
+    split_hybrid_pattern,
+)
+from lcmoe.specs.model_checks import check_model
+from lcmoe.specs.published import PublishedParams
 
-LayerPattern = int | list[int]
-
-
-class PublishedParams(StrictSpec):
-    """Parameter counts as their publisher states them, to check lcmoe's own count against."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    total_billions: float = Field(gt=0)
-    active_billions: float | None = Field(default=None, gt=0)
-    stated_unit_billions: float = Field(
-        default=0.01, gt=0, description="unit of the last stated digit: 1 for '37B', 0.01 for '116.83B'"
-    )
-    includes_mtp: bool = False
-    active_convention: Literal["all", "no_input_embedding", "no_embeddings"] = Field(
-        default="all", description="which embedding matrices the publisher leaves out of 'active'"
-    )
-    source: str
-
-    def tolerance(self, value_billions: float) -> float:
-        """Allowed |ours − published| in billions: 1%, or one stated unit if that is larger.
-
-        A figure stated as "3.3B" may be 3.25–3.35 rounded or 3.30–3.39 truncated; publishers do
-        not say which, so one whole unit is the honest bound.
-        """
-        return max(0.01 * value_billions, self.stated_unit_billions)
-
-
-class AttentionKind(str, Enum):
-    """The sequence mixer of a layer; ``NONE`` for a hybrid model's MLP-only layers."""
-
-    MLA = "mla"
-    GQA = "gqa"
-    SWA = "swa"
-    GDN = "gdn"
-    MAMBA = "mamba"
-    CSA = "csa"
-    NONE = "none"
-
-    @property
-    def is_softmax_attention(self) -> bool:
-        """Q·Kᵀ attention (MLA, GQA, sliding window, DeepSeek-V4's CSA): what CP exchanges K/V
-        for, and what the core_attn / qkv / attn_proj modules exist in."""
-        return self in (AttentionKind.MLA, AttentionKind.GQA, AttentionKind.SWA, AttentionKind.CSA)
-
-    @property
-    def is_costed(self) -> bool:
-        """Whether lcmoe's time and memory models cover this mixer. CSA (DeepSeek-V4) is counted
-        (parameters) but not costed: its compressors, the top-k over compressed keys and the
-        sliding window have no FLOP, activation or kernel-rate terms yet."""
-        return self is not AttentionKind.CSA
-
-
-# Hybrid pattern symbols lcmoe models (hybrid_layer_allocation.py Symbols). GDN ('G'), DSA
-# ('D') and MLA ('+') layers in a hybrid pattern are not modelled.
-HYBRID_MAMBA, HYBRID_ATTENTION, HYBRID_MLP, HYBRID_MOE = "M", "*", "-", "E"
-HYBRID_PIPE, HYBRID_MTP_SEPARATOR = "|", "/"
-_HYBRID_LAYER_SYMBOLS = frozenset({HYBRID_MAMBA, HYBRID_ATTENTION, HYBRID_MLP, HYBRID_MOE})
-
-
-def split_hybrid_pattern(pattern: str) -> tuple[str, str, int]:
-    """(main layers without ``|``, the MTP depth's pattern, number of MTP depths), as Megatron's
-    parse_hybrid_pattern reads it (hybrid_layer_allocation.py:200-275): every MTP depth must
-    repeat the same pattern."""
-    main, *mtp_parts = pattern.split(HYBRID_MTP_SEPARATOR)
-    if mtp_parts and all(part == "" for part in mtp_parts):
-        mtp_parts = []
-    if any(part != mtp_parts[0] for part in mtp_parts):
-        raise ValueError(f"hybrid_layer_pattern {pattern!r} has MTP depths that differ; Megatron needs them identical")
-    layers = main.replace(HYBRID_PIPE, "")
-    mtp = mtp_parts[0] if mtp_parts else ""
-    for symbol in layers + mtp:
-        if symbol not in _HYBRID_LAYER_SYMBOLS:
-            raise ValueError(
-                f"hybrid_layer_pattern symbol {symbol!r} is not modelled; lcmoe models M (Mamba), * (attention), "
-                "- (dense MLP) and E (MoE) layers"
-            )
-    return layers, mtp, len(mtp_parts)
+# AttentionKind and split_hybrid_pattern live in specs/layer_patterns.py; the estimators and
+# config_io read them from here too.
+__all__ = ["AttentionKind", "ModelSpec", "PublishedParams", "model_from_dict", "split_hybrid_pattern"]
 
 
 class ModelSpec(StrictSpec):
@@ -248,109 +186,8 @@ class ModelSpec(StrictSpec):
 
     @model_validator(mode="after")
     def _check_consistency(self) -> ModelSpec:
-        n = self.num_attention_heads
-        if self.kv_channels is None and not self.multi_latent_attention and self.hidden_size % n:
-            # Megatron derives kv_channels = hidden_size // num_attention_heads (arguments.py
-            # 1331-1333) only when it divides; otherwise the head dim must be given.
-            raise ValueError(
-                f"hidden_size = {self.hidden_size} is not a multiple of num_attention_heads = {n}; "
-                "set kv_channels (head_dim) explicitly"
-            )
-        if self.num_query_groups is not None and n % self.num_query_groups:
-            raise ValueError(f"num_query_groups = {self.num_query_groups} must divide num_attention_heads = {n}")
-        if self.multi_latent_attention and not (self.kv_lora_rank and self.qk_head_dim and self.v_head_dim):
-            raise ValueError("multi_latent_attention needs kv_lora_rank, qk_head_dim and v_head_dim > 0")
-        dsa = (self.dsa_indexer_n_heads, self.dsa_indexer_head_dim, self.dsa_indexer_topk)
-        if any(dsa) and not (all(dsa) and self.multi_latent_attention):
-            raise ValueError(
-                "DSA needs multi_latent_attention and dsa_indexer_n_heads, dsa_indexer_head_dim and "
-                "dsa_indexer_topk > 0"
-            )
-        if self.num_moe_experts:
-            if not 0 < self.moe_router_topk <= self.num_moe_experts:
-                raise ValueError(
-                    f"moe_router_topk = {self.moe_router_topk} must be in 1..num_moe_experts ({self.num_moe_experts})"
-                )
-        elif self.moe_router_topk:
-            raise ValueError("moe_router_topk is set but num_moe_experts is not")
-        if self.moe_latent_size and not self.num_moe_experts:
-            raise ValueError("moe_latent_size is set but num_moe_experts is not; latent projections exist only in MoE")
-        if self.linear_attention_type == "gdn" and not (
-            self.linear_num_key_heads
-            and self.linear_num_value_heads
-            and self.linear_key_head_dim
-            and self.linear_value_head_dim
-            and self.linear_conv_kernel_dim
-        ):
-            raise ValueError("gated delta net needs linear key/value heads, head dims and conv kernel > 0")
-        if self.hybrid_layer_pattern is not None:
-            self._check_hybrid()
-        if self.csa_compress_ratios:
-            self._check_csa()
-        if self.window_size is not None and (self.window_size[0] < 0 or self.window_size[1] < 0):
-            raise ValueError(f"window_size = {self.window_size} must be two non-negative numbers")
-        for key in self.recipe_pipeline_layouts:
-            if not re.fullmatch(r"[1-9][0-9]*x[1-9][0-9]*", key):
-                raise ValueError(f"recipe_pipeline_layouts key {key!r} must be PPxVPP, e.g. 4x4")
-        for field in ("moe_layer_freq", "window_attn_skip_freq", "linear_attention_freq"):
-            pattern = getattr(self, field)
-            if isinstance(pattern, list):
-                if len(pattern) != self.num_layers or any(v not in (0, 1) for v in pattern):
-                    raise ValueError(f"{field} as a list must have num_layers = {self.num_layers} entries of 0 or 1")
-            elif pattern is not None and pattern <= 0:
-                raise ValueError(f"{field} = {pattern} must be a positive period")
+        check_model(self)  # specs/model_checks.py: what Megatron-Core would refuse to build
         return self
-
-    def _check_hybrid(self) -> None:
-        assert self.hybrid_layer_pattern is not None
-        layers, mtp, depths = split_hybrid_pattern(self.hybrid_layer_pattern)
-        if len(layers) != self.num_layers:
-            raise ValueError(
-                f"hybrid_layer_pattern has {len(layers)} layers but num_layers = {self.num_layers}; they must match"
-            )
-        if depths != self.mtp_num_layers:
-            raise ValueError(
-                f"hybrid_layer_pattern has {depths} MTP depths but mtp_num_layers = {self.mtp_num_layers}; "
-                "they must match"
-            )
-        if mtp and (
-            len(mtp) > 2
-            or sum(s in (HYBRID_MAMBA, HYBRID_ATTENTION) for s in mtp) > 1
-            or sum(s in (HYBRID_MLP, HYBRID_MOE) for s in mtp) > 1
-        ):
-            raise ValueError(
-                f"hybrid MTP depth {mtp!r} is not modelled; lcmoe models one mixer and one MLP per depth (e.g. '*E')"
-            )
-        if (HYBRID_MOE in layers + mtp) != self.is_moe:
-            raise ValueError("hybrid_layer_pattern has E (MoE) layers exactly when num_moe_experts is set")
-        if HYBRID_MAMBA in layers + mtp:
-            heads, groups = self.mamba_num_heads, self.mamba_num_groups
-            if not (heads and self.mamba_head_dim and self.mamba_state_dim and groups):
-                raise ValueError(
-                    "Mamba layers need mamba_num_heads, mamba_head_dim, mamba_state_dim and mamba_num_groups > 0"
-                )
-            if heads % groups:
-                raise ValueError(f"mamba_num_groups = {groups} must divide mamba_num_heads = {heads}")
-        if self.multi_latent_attention or self.linear_attention_type is not None:
-            raise ValueError("hybrid_layer_pattern models use '*' attention layers; MLA and GDN are not modelled there")
-
-    def _check_csa(self) -> None:
-        ratios, expected = self.csa_compress_ratios, self.num_layers + self.mtp_num_layers
-        if len(ratios) != expected:
-            raise ValueError(
-                f"csa_compress_ratios has {len(ratios)} entries; it needs num_layers + mtp_num_layers = {expected} "
-                "(Bridge deepseek_v4_bridge.py _dsv4_compress_ratios)"
-            )
-        if any(r < 0 or r == 1 for r in ratios):
-            raise ValueError("csa_compress_ratios entries must be 0 (window only) or a ratio ≥ 2, e.g. 4 or 128")
-        if not (self.multi_latent_attention and self.q_lora_rank and self.o_groups and self.o_lora_rank):
-            raise ValueError("CSA needs multi_latent_attention, q_lora_rank, o_groups and o_lora_rank > 0")
-        if self.num_attention_heads % self.o_groups:
-            raise ValueError(f"o_groups = {self.o_groups} must divide num_attention_heads = {self.num_attention_heads}")
-        if 4 in ratios and not self.is_dsa:
-            raise ValueError("CSA layers of ratio 4 hold a DSA indexer: set dsa_indexer_n_heads, _head_dim and _topk")
-        if self.hybrid_layer_pattern is not None or self.linear_attention_type is not None:
-            raise ValueError("CSA (DeepSeek-V4) is not modelled together with hybrid or linear-attention layers")
 
     # ----- derived sizes ------------------------------------------------------------------
     @property
@@ -482,9 +319,7 @@ class ModelSpec(StrictSpec):
     @cached_property
     def _hybrid_symbols(self) -> tuple[str, ...]:
         """Per layer, the hybrid symbols it holds (one, or the MTP depth's mixer and MLP)."""
-        assert self.hybrid_layer_pattern is not None
-        layers, mtp, _ = split_hybrid_pattern(self.hybrid_layer_pattern)
-        return (*layers, mtp or layers[-1])
+        return hybrid_symbols_per_layer(self.hybrid_layer_pattern or "")
 
     def _with_mtp(self, pattern: list[bool]) -> tuple[bool, ...]:
         return (*pattern, pattern[-1])
@@ -495,7 +330,8 @@ class ModelSpec(StrictSpec):
             return tuple(HYBRID_MOE in symbols for symbols in self._hybrid_symbols)
         if not self.is_moe:
             return (False,) * (self.num_layers + 1)
-        return self._with_mtp(_pattern(self.moe_layer_freq, self.num_layers, true_if_period_hit=True, offset=0))
+        moe = expand_layer_pattern(self.moe_layer_freq, self.num_layers, true_if_period_hit=True, offset=0)
+        return self._with_mtp(moe)
 
     @cached_property
     def _mlp_pattern(self) -> tuple[bool, ...]:
@@ -509,7 +345,8 @@ class ModelSpec(StrictSpec):
     def _linear_pattern(self) -> tuple[bool, ...]:
         if self.linear_attention_type is None or self.linear_attention_freq is None:
             return (False,) * (self.num_layers + 1)
-        return self._with_mtp(_pattern(self.linear_attention_freq, self.num_layers, true_if_period_hit=False, offset=1))
+        freq = self.linear_attention_freq
+        return self._with_mtp(expand_layer_pattern(freq, self.num_layers, true_if_period_hit=False, offset=1))
 
     @cached_property
     def _window_pattern(self) -> tuple[bool, ...]:
@@ -517,7 +354,8 @@ class ModelSpec(StrictSpec):
             return (False,) * (self.num_layers + 1)
         if self.window_attn_skip_freq is None:
             return (True,) * (self.num_layers + 1)
-        window = _pattern(self.window_attn_skip_freq, self.num_layers, true_if_period_hit=False, offset=1)
+        freq = self.window_attn_skip_freq
+        window = expand_layer_pattern(freq, self.num_layers, true_if_period_hit=False, offset=1)
         # Bridge numbers a hybrid model's SWA layers by position in the main pattern
         # (flop_utils.py:766-799); its MTP attention stays full.
         return (*window, False) if self.is_hybrid else self._with_mtp(window)
@@ -591,52 +429,12 @@ class ModelSpec(StrictSpec):
     def hybrid_layer_counts(self) -> dict[str, int]:
         """Symbol counts over main layers and MTP depths, as Bridge counts them
         (hybrid_layer_allocation.py:161-197 get_hybrid_layer_counts)."""
-        assert self.hybrid_layer_pattern is not None
-        layers, mtp, depths = split_hybrid_pattern(self.hybrid_layer_pattern)
-        return {symbol: layers.count(symbol) + depths * mtp.count(symbol) for symbol in sorted(_HYBRID_LAYER_SYMBOLS)}
+        return hybrid_symbol_counts(self.hybrid_layer_pattern or "")
 
     @property
     def window_tokens(self) -> int:
         """W = window[0] + window[1] + 1 (flop_utils.py sliding-window branch)."""
         return 0 if self.window_size is None else self.window_size[0] + self.window_size[1] + 1
-
-
-_PATTERN_TERM = re.compile(r"^\[\s*([01](?:\s*,\s*[01])*)\s*\]\s*(?:\*\s*(\d{1,9}))?$")
-# A per-layer pattern has one entry per decoder layer, and ModelSpec.num_layers ≤ 100,000: the
-# expanded length is bounded before anything is built (issue #31: ``[1]*200 * 10⁶`` is 2·10⁸).
-MAX_PATTERN_LAYERS = 100_000
-
-
-def parse_layer_pattern(text: str) -> int | list[int]:
-    """Parse Megatron's pattern spelling without ``eval``: ``4``, ``([0]*3+[1]*58)``, ``[1,0,1]``.
-
-    Megatron evaluates the string as Python (arguments.py ``moe_freq_type``); lcmoe accepts the
-    same list-repeat-concatenate forms and nothing else.
-    """
-    body = text.strip()
-    if len(body) > 4 * MAX_PATTERN_LAYERS:
-        raise ValueError(f"layer pattern is longer than {4 * MAX_PATTERN_LAYERS:,} characters")
-    if re.fullmatch(r"\d{1,9}", body):
-        return int(body)
-    while body.startswith("(") and body.endswith(")"):
-        body = body[1:-1].strip()
-    result: list[int] = []
-    for term in body.split("+"):
-        match = _PATTERN_TERM.match(term.strip())
-        if not match:
-            raise ValueError(f"layer pattern {text!r} is not of the form ([0]*k+[1]*n) or [1,0,...]")
-        items = [int(v) for v in match.group(1).split(",")]
-        repeat = int(match.group(2) or 1)
-        if len(result) + len(items) * repeat > MAX_PATTERN_LAYERS:
-            raise ValueError(f"layer pattern expands to more than {MAX_PATTERN_LAYERS:,} layers")
-        result.extend(items * repeat)
-    return result
-
-
-def _pattern(spec: LayerPattern, num_layers: int, *, true_if_period_hit: bool, offset: int) -> list[bool]:
-    if isinstance(spec, list):
-        return [bool(v) for v in spec]
-    return [((i + offset) % spec == 0) == true_if_period_hit for i in range(num_layers)]
 
 
 def model_from_dict(data: dict[str, object], *, origin: str) -> ModelSpec:
