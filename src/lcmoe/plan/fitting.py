@@ -20,7 +20,16 @@ from lcmoe.estimate.memory import (
     stage_state_bytes,
     staged_layout,
 )
-from lcmoe.estimate.time import TimeEstimate, estimate_time
+from lcmoe.estimate.time import (
+    RunAmounts,
+    TimeCoefficients,
+    TimeEstimate,
+    combine,
+    estimate_time,
+    relaunched_amounts,
+    shipped_time_coefficients,
+    time_amounts,
+)
 from lcmoe.plan.candidates import OFFLOAD_FRACTIONS, dispatchers_for, recompute_ladder
 from lcmoe.plan.judge import Judge
 from lcmoe.plan.plans import Plan, PlanRequest
@@ -135,22 +144,49 @@ def variants(request: PlanRequest, run: RunConfig) -> Iterator[RunConfig]:
                     yield RunConfig(run.model, run.hardware, layout, options)
 
 
-def fastest_fitting_variant(request: PlanRequest, fitted: Plan, staged: StagedLayout, judge: Judge) -> Plan | None:
-    """The fastest legal variant of ``fitted`` that still fits. Time does not depend on memory, so
-    the variants are timed first and memory is estimated fastest-first until one fits (most
-    variants fit, so this is usually one memory estimate instead of one per variant). The variant
-    that is ``fitted`` itself reuses its estimates."""
-    timed: list[tuple[RunConfig, TimeEstimate]] = []
+def time_coefficients_of(request: PlanRequest, run: RunConfig) -> TimeCoefficients:
+    """The request's time coefficients (resolved once by ``search``), else the shipped ones, as
+    ``estimate_time`` picks them."""
+    return request.time_coefficients or shipped_time_coefficients(run.hardware.architecture)
+
+
+def priced_variants(
+    request: PlanRequest, fitted: Plan, staged: StagedLayout, judge: Judge
+) -> list[tuple[RunConfig, TimeEstimate, bool]]:
+    """Every legal variant of ``fitted`` with its time estimate and whether it is ``fitted``
+    itself (whose estimate is reused). The variants of one CP exchange and dispatcher differ only
+    in CUDA-graph scope and EP overlap, which leave the FLOPs and bytes alone: their amounts are
+    computed once (``time_amounts``) and re-priced per variant (``relaunched_amounts`` →
+    ``combine``), a quarter of the amount computations of timing each variant from scratch."""
+    coefficients = time_coefficients_of(request, fitted.run)
+    amounts: dict[tuple[str, str], RunAmounts] = {}
+    priced: list[tuple[RunConfig, TimeEstimate, bool]] = []
     for variant in variants(request, fitted.run):
         if not judge.legal(variant):
             continue
-        same = variant.options == fitted.run.options and variant.layout == fitted.run.layout
-        timed.append((variant, fitted.time if same else time_of(request, variant, staged)))
+        if variant.options == fitted.run.options and variant.layout == fitted.run.layout:
+            priced.append((variant, fitted.time, True))
+            continue
+        key = (variant.layout.cp_comm_type, variant.options.dispatcher)
+        known = amounts.get(key)
+        if known is None:
+            known = amounts[key] = time_amounts(variant, staged)
+        else:
+            known = relaunched_amounts(known, variant.options)
+        priced.append((variant, combine(known, coefficients), False))
+    return priced
+
+
+def fastest_fitting_variant(request: PlanRequest, fitted: Plan, staged: StagedLayout, judge: Judge) -> Plan | None:
+    """The fastest legal variant of ``fitted`` that still fits. Time does not depend on memory, so
+    the variants are timed first (``priced_variants``) and memory is estimated fastest-first until
+    one fits (most variants fit, so this is usually one memory estimate instead of one per
+    variant). The variant that is ``fitted`` itself reuses its estimates."""
+    timed = priced_variants(request, fitted, staged, judge)
     # Stable sort: among equal predictions the first enumerated variant wins, as before.
-    timed.sort(key=lambda pair: -pair[1].tokens_per_sec_per_gpu)
+    timed.sort(key=lambda entry: -entry[1].tokens_per_sec_per_gpu)
     probe = worst_stage(fitted.memory)
-    for variant, time in timed:
-        same = variant.options == fitted.run.options and variant.layout == fitted.run.layout
+    for variant, time, same in timed:
         memory = (
             fitted.memory if same else probed_memory(request, variant, staged, probe, over_capacity(request, variant))
         )

@@ -50,6 +50,7 @@ from lcmoe.estimate.time.amounts import (
     mixer_cp_a2a_bytes,
     model_flops_per_token,
     moe_layer_bytes,
+    relaunched_amounts,
     time_amounts,
     tp_layer_bytes,
 )
@@ -124,6 +125,7 @@ from lcmoe.estimate.time.stage import (
     pp_stage_seconds,
     stage_rates,
     stage_time,
+    stage_time_key,
 )
 from lcmoe.estimate.time.terms import TimeTerm, stage_terms, step_terms, time_term
 
@@ -193,11 +195,13 @@ __all__ = [
     "narrow_m_factor",
     "pp_stage_seconds",
     "recompute_seconds",
+    "relaunched_amounts",
     "scaleout_link_bandwidth",
     "shipped_time_coefficients",
     "stage_rates",
     "stage_terms",
     "stage_time",
+    "stage_time_key",
     "step_terms",
     "target_hit_probability",
     "time_amounts",

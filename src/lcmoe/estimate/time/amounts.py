@@ -3,7 +3,7 @@ run (one GPU's share of one microbatch)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lcmoe.estimate.flops import flops_per_token, lora_model_flops_per_token
 from lcmoe.estimate.memory import (
@@ -437,4 +437,21 @@ def time_amounts(run: RunConfig, staged: StagedLayout | None = None) -> RunAmoun
         world_size=layout.world_size,
         gemm_passes=gemm_passes(options),
         architecture=hardware.architecture,
+    )
+
+
+def relaunched_amounts(amounts: RunAmounts, options: TrainingOptions) -> RunAmounts:
+    """``time_amounts`` of the same run under ``options`` that differ from the amounts' own only
+    in CUDA-graph scope and EP overlap, without recomputing them: the planner prices its graph ×
+    overlap variants from one set of amounts, since the FLOPs and bytes stay the same and only
+    how they are launched and overlapped changes. ``time_amounts`` reads those two options only
+    into these two fields (the stored-activation bytes are taken without recompute, where the
+    graph scope matters only through a full-iteration graph's static MoE buffers,
+    ``dispatched_tokens``); a full-iteration scope on either side is therefore refused."""
+    if "full_iteration" in amounts.cuda_graph_scope or "full_iteration" in options.cuda_graph_scope:
+        raise ValueError("a full-iteration CUDA graph changes the MoE amounts: use time_amounts")
+    return replace(
+        amounts,
+        cuda_graph_scope=frozenset(options.cuda_graph_scope),
+        ep_overlap=options.overlap_moe_expert_parallel_comm,
     )
