@@ -1,5 +1,5 @@
 """The planner's reuse of time amounts gives the same estimates as timing each run from scratch:
-``relaunched_amounts`` (graph × overlap variants priced from one set of amounts), identical
+``relaunched_amounts`` (dispatcher × graph × overlap variants priced from one set of amounts), identical
 pipeline stages timed once in ``combine``, and ``plan.fitting.priced_variants``."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from lcmoe.catalog import load_hardware, load_model
 from lcmoe.estimate.memory import estimate_memory, staged_layout
 from lcmoe.estimate.time import (
     combine,
+    dispatch_bytes,
     estimate_time,
     relaunched_amounts,
     shipped_time_coefficients,
@@ -45,12 +46,20 @@ SCOPES = (frozenset(), frozenset({"attn"}), frozenset({"attn", "moe_router", "mo
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))
+@pytest.mark.parametrize("dispatcher", ("alltoall", "deepep", "hybridep"))
 @pytest.mark.parametrize("scope", SCOPES, ids=lambda s: "+".join(sorted(s)) or "none")
 @pytest.mark.parametrize("overlap", (False, True))
-def test_relaunched_amounts_are_the_amounts_of_the_variant(name: str, scope: frozenset[str], overlap: bool) -> None:
+def test_relaunched_amounts_are_the_amounts_of_the_variant(
+    name: str, dispatcher: str, scope: frozenset[str], overlap: bool
+) -> None:
     run = make_run(**RUNS[name])  # type: ignore[arg-type]
-    variant = options_of(run, cuda_graph_scope=scope, overlap_moe_expert_parallel_comm=overlap)
-    assert relaunched_amounts(time_amounts(run), variant.options) == time_amounts(variant)
+    variant = options_of(run, dispatcher=dispatcher, cuda_graph_scope=scope, overlap_moe_expert_parallel_comm=overlap)
+    if dispatch_bytes(variant.options) != dispatch_bytes(run.options):
+        # FP8 dispatch (DeepEP / HybridEP under FP8) sends tokens at 1 B: every MoE layer's bytes change.
+        with pytest.raises(ValueError, match="another width"):
+            relaunched_amounts(time_amounts(run), variant)
+        return
+    assert relaunched_amounts(time_amounts(run), variant) == time_amounts(variant)
 
 
 def test_relaunched_amounts_refuse_a_full_iteration_graph() -> None:
@@ -58,9 +67,9 @@ def test_relaunched_amounts_refuse_a_full_iteration_graph() -> None:
     run = make_run()
     full = options_of(run, cuda_graph_scope=frozenset({"full_iteration"}))
     with pytest.raises(ValueError, match="full-iteration"):
-        relaunched_amounts(time_amounts(run), full.options)
+        relaunched_amounts(time_amounts(run), full)
     with pytest.raises(ValueError, match="full-iteration"):
-        relaunched_amounts(time_amounts(full), run.options)
+        relaunched_amounts(time_amounts(full), run)
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))

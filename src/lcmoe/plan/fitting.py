@@ -25,6 +25,7 @@ from lcmoe.estimate.time import (
     TimeCoefficients,
     TimeEstimate,
     combine,
+    dispatch_bytes,
     estimate_time,
     relaunched_amounts,
     shipped_time_coefficients,
@@ -154,12 +155,13 @@ def priced_variants(
     request: PlanRequest, fitted: Plan, staged: StagedLayout, judge: Judge
 ) -> list[tuple[RunConfig, TimeEstimate, bool]]:
     """Every legal variant of ``fitted`` with its time estimate and whether it is ``fitted``
-    itself (whose estimate is reused). The variants of one CP exchange and dispatcher differ only
-    in CUDA-graph scope and EP overlap, which leave the FLOPs and bytes alone: their amounts are
-    computed once (``time_amounts``) and re-priced per variant (``relaunched_amounts`` →
-    ``combine``), a quarter of the amount computations of timing each variant from scratch."""
+    itself (whose estimate is reused). The variants of one CP exchange (and dispatch width)
+    differ only in dispatcher, CUDA-graph scope and EP overlap, which leave the FLOPs and bytes
+    alone: their amounts are computed once (``time_amounts``) and re-priced per variant
+    (``relaunched_amounts`` → ``combine``), a sixth of the amount computations of timing each
+    variant from scratch."""
     coefficients = time_coefficients_of(request, fitted.run)
-    amounts: dict[tuple[str, str], RunAmounts] = {}
+    amounts: dict[tuple[str, float], RunAmounts] = {}
     priced: list[tuple[RunConfig, TimeEstimate, bool]] = []
     for variant in variants(request, fitted.run):
         if not judge.legal(variant):
@@ -167,12 +169,12 @@ def priced_variants(
         if variant.options == fitted.run.options and variant.layout == fitted.run.layout:
             priced.append((variant, fitted.time, True))
             continue
-        key = (variant.layout.cp_comm_type, variant.options.dispatcher)
+        key = (variant.layout.cp_comm_type, dispatch_bytes(variant.options))
         known = amounts.get(key)
         if known is None:
             known = amounts[key] = time_amounts(variant, staged)
         else:
-            known = relaunched_amounts(known, variant.options)
+            known = relaunched_amounts(known, variant)
         priced.append((variant, combine(known, coefficients), False))
     return priced
 
