@@ -7,7 +7,7 @@ fastest-first (``fastest_fitting_variant``). ``plan.search`` re-exports the publ
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from lcmoe.estimate.memory import (
     MemoryEstimate,
@@ -39,6 +39,29 @@ from lcmoe.workload import TrainingOptions, unchecked_replace
 
 # The search's copies of validated options (recompute rungs, offloads, variants) skip re-validation.
 options_with = unchecked_replace
+
+
+@dataclass(slots=True)
+class OptionCopies:
+    """``options_with``, each copy made once per search: the option sets a search tries (recompute
+    rungs, offload fractions, dispatcher / CUDA-graph / EP-overlap variants) are a few dozen
+    copies of its starting options, asked for again by every layout (about 36 000 copies for
+    DeepSeek-V3 on 512 GPUs, each a slow ``copy.copy`` of a slotted dataclass, a fifth of the
+    search). A hit hands out the same object again, which also makes later equality checks an
+    identity check. Lives for one ``search`` call, like ``Judge``: the memo the style allows.
+    The key holds each value's type, so that 1 and 1.0 (equal, but written differently to JSON)
+    stay apart."""
+
+    made: dict[tuple[TrainingOptions, tuple[tuple[str, type, object], ...]], TrainingOptions] = field(
+        default_factory=dict
+    )
+
+    def __call__(self, options: TrainingOptions, **changes: object) -> TrainingOptions:
+        key = (options, tuple((name, type(value), value) for name, value in changes.items()))
+        copy = self.made.get(key)
+        if copy is None:
+            copy = self.made[key] = options_with(options, **changes)
+        return copy
 
 
 def with_options(run: RunConfig, options: TrainingOptions) -> RunConfig:
@@ -101,11 +124,13 @@ def time_of(request: PlanRequest, run: RunConfig, staged: StagedLayout) -> TimeE
     return estimate_time(run, request.time_coefficients, staged=staged)
 
 
-def static_lower_bound_fits(run: RunConfig, margin: float, staged: StagedLayout | None = None) -> bool:
+def static_lower_bound_fits(
+    run: RunConfig, margin: float, staged: StagedLayout | None = None, copies: OptionCopies | None = None
+) -> bool:
     """Cheap prune: weights + grads + the GPU share of the optimizer with everything offloaded
-    must already fit, or no recompute or offload can save the layout."""
+    must already fit, or no recompute or offload can save the layout (``copies``: the search's)."""
     capacity = (1 - margin) * run.hardware.hbm_bytes
-    offloaded = options_with(run.options, optimizer_offload_fraction=1.0)
+    offloaded = (copies or options_with)(run.options, optimizer_offload_fraction=1.0)
     staged = staged or staged_layout(run.model, run.layout)
     for stage, params in zip(staged.stages, staged.params, strict=True):
         _, state = stage_state_bytes(run.model, run.layout, stage, offloaded, run.hardware.architecture, params)
@@ -114,9 +139,10 @@ def static_lower_bound_fits(run: RunConfig, margin: float, staged: StagedLayout 
     return True
 
 
-def variants(request: PlanRequest, run: RunConfig) -> Iterator[RunConfig]:
+def variants(request: PlanRequest, run: RunConfig, copies: OptionCopies | None = None) -> Iterator[RunConfig]:
     """Dispatcher × CUDA graphs × EP overlap × CP exchange (p2p ring, or a2a when the heads per
-    TP rank divide by CP — LC-CP-COMM) around a fitting option set."""
+    TP rank divide by CP — LC-CP-COMM) around a fitting option set (``copies``: the search's)."""
+    copy = copies or options_with
     graph_choices: list[frozenset[str]] = [frozenset()]
     if request.allow_cuda_graphs and run.options.recompute_granularity != "full":
         scope = {"attn", "moe_router", "moe_preprocess"} if run.model.is_moe else {"attn"}
@@ -136,7 +162,7 @@ def variants(request: PlanRequest, run: RunConfig) -> Iterator[RunConfig]:
         for dispatcher in dispatchers_for(request):
             for graphs in graph_choices:
                 for overlap in overlaps:
-                    options = options_with(
+                    options = copy(
                         run.options,
                         dispatcher=dispatcher,
                         cuda_graph_scope=graphs,
@@ -152,7 +178,7 @@ def time_coefficients_of(request: PlanRequest, run: RunConfig) -> TimeCoefficien
 
 
 def priced_variants(
-    request: PlanRequest, fitted: Plan, staged: StagedLayout, judge: Judge
+    request: PlanRequest, fitted: Plan, staged: StagedLayout, judge: Judge, copies: OptionCopies | None = None
 ) -> list[tuple[RunConfig, TimeEstimate, bool]]:
     """Every legal variant of ``fitted`` with its time estimate and whether it is ``fitted``
     itself (whose estimate is reused). The variants of one CP exchange (and dispatch width)
@@ -163,7 +189,7 @@ def priced_variants(
     coefficients = time_coefficients_of(request, fitted.run)
     amounts: dict[tuple[str, float], RunAmounts] = {}
     priced: list[tuple[RunConfig, TimeEstimate, bool]] = []
-    for variant in variants(request, fitted.run):
+    for variant in variants(request, fitted.run, copies):
         if not judge.legal(variant):
             continue
         if variant.options == fitted.run.options and variant.layout == fitted.run.layout:
@@ -179,12 +205,14 @@ def priced_variants(
     return priced
 
 
-def fastest_fitting_variant(request: PlanRequest, fitted: Plan, staged: StagedLayout, judge: Judge) -> Plan | None:
+def fastest_fitting_variant(
+    request: PlanRequest, fitted: Plan, staged: StagedLayout, judge: Judge, copies: OptionCopies | None = None
+) -> Plan | None:
     """The fastest legal variant of ``fitted`` that still fits. Time does not depend on memory, so
     the variants are timed first (``priced_variants``) and memory is estimated fastest-first until
     one fits (most variants fit, so this is usually one memory estimate instead of one per
     variant). The variant that is ``fitted`` itself reuses its estimates."""
-    timed = priced_variants(request, fitted, staged, judge)
+    timed = priced_variants(request, fitted, staged, judge, copies)
     # Stable sort: among equal predictions the first enumerated variant wins, as before.
     timed.sort(key=lambda entry: -entry[1].tokens_per_sec_per_gpu)
     probe = worst_stage(fitted.memory)
@@ -198,7 +226,7 @@ def fastest_fitting_variant(request: PlanRequest, fitted: Plan, staged: StagedLa
 
 
 def _offloaded_fit(
-    request: PlanRequest, trial: RunConfig, memory: MemoryEstimate, staged: StagedLayout
+    request: PlanRequest, trial: RunConfig, memory: MemoryEstimate, staged: StagedLayout, copies: OptionCopies | None
 ) -> tuple[RunConfig, MemoryEstimate] | None:
     """A rung that does not fit without offload: the offload fraction solved from the optimizer
     bytes (memory falls linearly with it), rounded up to OFFLOAD_FRACTIONS and verified, then
@@ -212,21 +240,25 @@ def _offloaded_fit(
     fractions = (fraction,) if fraction == 1.0 else (fraction, 1.0)
     probe, over = worst_stage(memory), over_capacity(request, trial)
     for offload in fractions:
-        offloaded = with_options(trial, options_with(trial.options, optimizer_offload_fraction=offload))
+        offloaded = with_options(trial, (copies or options_with)(trial.options, optimizer_offload_fraction=offload))
         found = probed_memory(request, offloaded, staged, probe, over)
         if found is not None and found.fits(request.memory_margin):
             return offloaded, found
     return None
 
 
-def first_fitting(request: PlanRequest, run: RunConfig, staged: StagedLayout, judge: Judge) -> Plan | None:
+def first_fitting(
+    request: PlanRequest, run: RunConfig, staged: StagedLayout, judge: Judge, copies: OptionCopies | None = None
+) -> Plan | None:
     """The cheapest (recompute, offload) pair that fits. Per rung of the recompute ladder the
     needed offload fraction is solved (``_offloaded_fit``); the first rung that fits without
-    offload ends the climb, and among the (at most two) fitting rungs the faster one wins."""
+    offload ends the climb, and among the (at most two) fitting rungs the faster one wins
+    (``copies``: the search's)."""
+    copy = copies or options_with
     found: list[tuple[RunConfig, MemoryEstimate]] = []
     probe, hopeless = 0, beyond_offload(request, run)  # 1F1B: the first stage holds the most microbatches
     for granularity, modules in recompute_ladder(run.model):
-        options = options_with(
+        options = copy(
             run.options,
             recompute_granularity=granularity,
             recompute_modules=modules,
@@ -242,7 +274,7 @@ def first_fitting(request: PlanRequest, run: RunConfig, staged: StagedLayout, ju
         if memory.fits(request.memory_margin):
             found.append((trial, memory))
             break
-        offloaded = _offloaded_fit(request, trial, memory, staged) if request.allow_offload else None
+        offloaded = _offloaded_fit(request, trial, memory, staged, copies) if request.allow_offload else None
         if offloaded is None:
             continue
         found.append(offloaded)
