@@ -18,7 +18,7 @@ from lcmoe.estimate.time import (
     time_amounts,
 )
 from lcmoe.plan.candidates import base_options
-from lcmoe.plan.fitting import OptionCopies, options_with, priced_variants, variants, with_options
+from lcmoe.plan.fitting import SearchMemo, options_with, priced_variants, variants, with_options
 from lcmoe.plan.judge import judge_for
 from lcmoe.plan.plans import Plan, PlanRequest
 from tests.helpers import make_run
@@ -116,9 +116,9 @@ def test_priced_variants_time_each_variant_as_estimate_time_does(name: str) -> N
         assert time == estimate_time(variant, request.time_coefficients)
 
 
-def test_option_copies_make_each_copy_once() -> None:
+def test_search_memo_makes_each_option_copy_once() -> None:
     run = make_run()
-    copies = OptionCopies()
+    copies = SearchMemo().copy
     first = copies(run.options, dispatcher="deepep", overlap_moe_expert_parallel_comm=True)
     assert first == options_with(run.options, dispatcher="deepep", overlap_moe_expert_parallel_comm=True)
     assert copies(run.options, dispatcher="deepep", overlap_moe_expert_parallel_comm=True) is first

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from lcmoe.estimate.memory import (
     MemoryEstimate,
+    SharedLayerBytes,
     StagedLayout,
     StageMemory,
     estimate_memory,
@@ -42,26 +43,40 @@ options_with = unchecked_replace
 
 
 @dataclass(slots=True)
-class OptionCopies:
-    """``options_with``, each copy made once per search: the option sets a search tries (recompute
+class SearchMemo:
+    """What one search remembers between its candidates, so that the work every layout repeats
+    is done once; it lives for one ``search`` call, like ``Judge`` (the memo the style allows).
+
+    ``copy`` is ``options_with``, each copy made once: the option sets a search tries (recompute
     rungs, offload fractions, dispatcher / CUDA-graph / EP-overlap variants) are a few dozen
     copies of its starting options, asked for again by every layout (about 36 000 copies for
     DeepSeek-V3 on 512 GPUs, each a slow ``copy.copy`` of a slotted dataclass, a fifth of the
     search). A hit hands out the same object again, which also makes later equality checks an
-    identity check. Lives for one ``search`` call, like ``Judge``: the memo the style allows.
-    The key holds each value's type, so that 1 and 1.0 (equal, but written differently to JSON)
-    stay apart."""
+    identity check. The key holds each value's type, so that 1 and 1.0 (equal, but written
+    differently to JSON) stay apart. ``layers``: the per-layer stored activations of the
+    memory estimates (``SharedLayerBytes``), for the search's model."""
 
-    made: dict[tuple[TrainingOptions, tuple[tuple[str, type, object], ...]], TrainingOptions] = field(
+    layers: SharedLayerBytes | None = None
+    copies: dict[tuple[TrainingOptions, tuple[tuple[str, type, object], ...]], TrainingOptions] = field(
         default_factory=dict
     )
 
-    def __call__(self, options: TrainingOptions, **changes: object) -> TrainingOptions:
+    def copy(self, options: TrainingOptions, **changes: object) -> TrainingOptions:
         key = (options, tuple((name, type(value), value) for name, value in changes.items()))
-        copy = self.made.get(key)
-        if copy is None:
-            copy = self.made[key] = options_with(options, **changes)
-        return copy
+        made = self.copies.get(key)
+        if made is None:
+            made = self.copies[key] = options_with(options, **changes)
+        return made
+
+
+def search_memo(request: PlanRequest) -> SearchMemo:
+    """A fresh memo for one search of ``request``."""
+    return SearchMemo(layers=SharedLayerBytes(request.model))
+
+
+def copier(memo: SearchMemo | None) -> Callable[..., TrainingOptions]:
+    """The memo's ``copy``, or a plain ``options_with`` without one."""
+    return memo.copy if memo is not None else options_with
 
 
 def with_options(run: RunConfig, options: TrainingOptions) -> RunConfig:
@@ -75,13 +90,20 @@ def memory_of(request: PlanRequest, run: RunConfig, staged: StagedLayout) -> Mem
 
 
 def probed_memory(
-    request: PlanRequest, run: RunConfig, staged: StagedLayout, probe: int, hopeless: Callable[[StageMemory], bool]
+    request: PlanRequest,
+    run: RunConfig,
+    staged: StagedLayout,
+    probe: int,
+    hopeless: Callable[[StageMemory], bool],
+    memo: SearchMemo | None = None,
 ) -> MemoryEstimate | None:
     """``memory_of``, or None when stage ``probe`` alone is ``hopeless`` (over capacity beyond
     what the caller can rescue): a trial that fails usually fails on the stage that was worst
     in the candidate's previous trial, so one stage is estimated instead of all. The stages are
-    the same ``stage_memory`` values ``estimate_memory`` computes, in any order."""
-    inputs = stage_inputs(run.model, run.hardware, run.layout, run.options, request.memory_coefficients)
+    the same ``stage_memory`` values ``estimate_memory`` computes, in any order (``memo``: the
+    search's, whose per-layer bytes it reuses)."""
+    layers = memo.layers if memo is not None else None
+    inputs = stage_inputs(run.model, run.hardware, run.layout, run.options, request.memory_coefficients, shared=layers)
     first = stage_memory(inputs, staged.stages[probe], staged.params[probe])
     if hopeless(first):
         return None
@@ -125,12 +147,12 @@ def time_of(request: PlanRequest, run: RunConfig, staged: StagedLayout) -> TimeE
 
 
 def static_lower_bound_fits(
-    run: RunConfig, margin: float, staged: StagedLayout | None = None, copies: OptionCopies | None = None
+    run: RunConfig, margin: float, staged: StagedLayout | None = None, memo: SearchMemo | None = None
 ) -> bool:
     """Cheap prune: weights + grads + the GPU share of the optimizer with everything offloaded
-    must already fit, or no recompute or offload can save the layout (``copies``: the search's)."""
+    must already fit, or no recompute or offload can save the layout (``memo``: the search's)."""
     capacity = (1 - margin) * run.hardware.hbm_bytes
-    offloaded = (copies or options_with)(run.options, optimizer_offload_fraction=1.0)
+    offloaded = copier(memo)(run.options, optimizer_offload_fraction=1.0)
     staged = staged or staged_layout(run.model, run.layout)
     for stage, params in zip(staged.stages, staged.params, strict=True):
         _, state = stage_state_bytes(run.model, run.layout, stage, offloaded, run.hardware.architecture, params)
@@ -139,10 +161,10 @@ def static_lower_bound_fits(
     return True
 
 
-def variants(request: PlanRequest, run: RunConfig, copies: OptionCopies | None = None) -> Iterator[RunConfig]:
+def variants(request: PlanRequest, run: RunConfig, memo: SearchMemo | None = None) -> Iterator[RunConfig]:
     """Dispatcher × CUDA graphs × EP overlap × CP exchange (p2p ring, or a2a when the heads per
-    TP rank divide by CP — LC-CP-COMM) around a fitting option set (``copies``: the search's)."""
-    copy = copies or options_with
+    TP rank divide by CP — LC-CP-COMM) around a fitting option set (``memo``: the search's)."""
+    copy = copier(memo)
     graph_choices: list[frozenset[str]] = [frozenset()]
     if request.allow_cuda_graphs and run.options.recompute_granularity != "full":
         scope = {"attn", "moe_router", "moe_preprocess"} if run.model.is_moe else {"attn"}
@@ -178,7 +200,7 @@ def time_coefficients_of(request: PlanRequest, run: RunConfig) -> TimeCoefficien
 
 
 def priced_variants(
-    request: PlanRequest, fitted: Plan, staged: StagedLayout, judge: Judge, copies: OptionCopies | None = None
+    request: PlanRequest, fitted: Plan, staged: StagedLayout, judge: Judge, memo: SearchMemo | None = None
 ) -> list[tuple[RunConfig, TimeEstimate, bool]]:
     """Every legal variant of ``fitted`` with its time estimate and whether it is ``fitted``
     itself (whose estimate is reused). The variants of one CP exchange (and dispatch width)
@@ -189,7 +211,7 @@ def priced_variants(
     coefficients = time_coefficients_of(request, fitted.run)
     amounts: dict[tuple[str, float], RunAmounts] = {}
     priced: list[tuple[RunConfig, TimeEstimate, bool]] = []
-    for variant in variants(request, fitted.run, copies):
+    for variant in variants(request, fitted.run, memo):
         if not judge.legal(variant):
             continue
         if variant.options == fitted.run.options and variant.layout == fitted.run.layout:
@@ -206,19 +228,21 @@ def priced_variants(
 
 
 def fastest_fitting_variant(
-    request: PlanRequest, fitted: Plan, staged: StagedLayout, judge: Judge, copies: OptionCopies | None = None
+    request: PlanRequest, fitted: Plan, staged: StagedLayout, judge: Judge, memo: SearchMemo | None = None
 ) -> Plan | None:
     """The fastest legal variant of ``fitted`` that still fits. Time does not depend on memory, so
     the variants are timed first (``priced_variants``) and memory is estimated fastest-first until
     one fits (most variants fit, so this is usually one memory estimate instead of one per
     variant). The variant that is ``fitted`` itself reuses its estimates."""
-    timed = priced_variants(request, fitted, staged, judge, copies)
+    timed = priced_variants(request, fitted, staged, judge, memo)
     # Stable sort: among equal predictions the first enumerated variant wins, as before.
     timed.sort(key=lambda entry: -entry[1].tokens_per_sec_per_gpu)
     probe = worst_stage(fitted.memory)
     for variant, time, same in timed:
         memory = (
-            fitted.memory if same else probed_memory(request, variant, staged, probe, over_capacity(request, variant))
+            fitted.memory
+            if same
+            else probed_memory(request, variant, staged, probe, over_capacity(request, variant), memo)
         )
         if memory is not None and memory.fits(request.memory_margin):
             return Plan(variant, memory, time)
@@ -226,7 +250,7 @@ def fastest_fitting_variant(
 
 
 def _offloaded_fit(
-    request: PlanRequest, trial: RunConfig, memory: MemoryEstimate, staged: StagedLayout, copies: OptionCopies | None
+    request: PlanRequest, trial: RunConfig, memory: MemoryEstimate, staged: StagedLayout, memo: SearchMemo | None
 ) -> tuple[RunConfig, MemoryEstimate] | None:
     """A rung that does not fit without offload: the offload fraction solved from the optimizer
     bytes (memory falls linearly with it), rounded up to OFFLOAD_FRACTIONS and verified, then
@@ -240,21 +264,21 @@ def _offloaded_fit(
     fractions = (fraction,) if fraction == 1.0 else (fraction, 1.0)
     probe, over = worst_stage(memory), over_capacity(request, trial)
     for offload in fractions:
-        offloaded = with_options(trial, (copies or options_with)(trial.options, optimizer_offload_fraction=offload))
-        found = probed_memory(request, offloaded, staged, probe, over)
+        offloaded = with_options(trial, copier(memo)(trial.options, optimizer_offload_fraction=offload))
+        found = probed_memory(request, offloaded, staged, probe, over, memo)
         if found is not None and found.fits(request.memory_margin):
             return offloaded, found
     return None
 
 
 def first_fitting(
-    request: PlanRequest, run: RunConfig, staged: StagedLayout, judge: Judge, copies: OptionCopies | None = None
+    request: PlanRequest, run: RunConfig, staged: StagedLayout, judge: Judge, memo: SearchMemo | None = None
 ) -> Plan | None:
     """The cheapest (recompute, offload) pair that fits. Per rung of the recompute ladder the
     needed offload fraction is solved (``_offloaded_fit``); the first rung that fits without
     offload ends the climb, and among the (at most two) fitting rungs the faster one wins
-    (``copies``: the search's)."""
-    copy = copies or options_with
+    (``memo``: the search's)."""
+    copy = copier(memo)
     found: list[tuple[RunConfig, MemoryEstimate]] = []
     probe, hopeless = 0, beyond_offload(request, run)  # 1F1B: the first stage holds the most microbatches
     for granularity, modules in recompute_ladder(run.model):
@@ -267,14 +291,14 @@ def first_fitting(
         trial = with_options(run, options)
         if not judge.legal(trial):
             continue
-        memory = probed_memory(request, trial, staged, probe, hopeless)
+        memory = probed_memory(request, trial, staged, probe, hopeless, memo)
         if memory is None:  # neither fits nor can be offloaded into fitting (``beyond_offload``)
             continue
         probe = worst_stage(memory)
         if memory.fits(request.memory_margin):
             found.append((trial, memory))
             break
-        offloaded = _offloaded_fit(request, trial, memory, staged, copies) if request.allow_offload else None
+        offloaded = _offloaded_fit(request, trial, memory, staged, memo) if request.allow_offload else None
         if offloaded is None:
             continue
         found.append(offloaded)
