@@ -18,7 +18,7 @@ from lcmoe.estimate.time import (
     time_amounts,
 )
 from lcmoe.plan.candidates import base_options
-from lcmoe.plan.fitting import SearchMemo, options_with, priced_variants, variants, with_options
+from lcmoe.plan.fitting import SearchMemo, options_with, priced_variants, time_of, variants, with_options
 from lcmoe.plan.judge import judge_for
 from lcmoe.plan.plans import Plan, PlanRequest
 from tests.helpers import make_run
@@ -97,17 +97,21 @@ def _request(model: str, gpu: str, gpus: int, seq_len: int) -> PlanRequest:
 
 
 @pytest.mark.parametrize("name", ["dsv3-pp8-vpp4", "qwen3-30b-pp1"])
-def test_priced_variants_time_each_variant_as_estimate_time_does(name: str) -> None:
+@pytest.mark.parametrize("with_memo", [False, True])
+def test_priced_variants_time_each_variant_as_estimate_time_does(name: str, with_memo: bool) -> None:
     spec = RUNS[name]
     run = make_run(**spec)  # type: ignore[arg-type]
     request = _request(run.model.name, run.hardware.name, run.layout.world_size, run.options.seq_len)
     start = with_options(run, base_options(request, "bf16"))
     staged = staged_layout(start.model, start.layout)
-    fitted = Plan(
-        start, estimate_memory(start.model, start.hardware, start.layout, start.options), estimate_time(start)
-    )
+    memo = SearchMemo() if with_memo else None
+    # With a memo, time_of keeps the fitted run's amounts and priced_variants starts from them.
+    time = time_of(request, start, staged, memo)
+    assert time == estimate_time(start)
+    fitted = Plan(start, estimate_memory(start.model, start.hardware, start.layout, start.options), time)
     judge = judge_for(request.megatron_core_version)
-    priced = priced_variants(request, fitted, staged, judge)
+    priced = priced_variants(request, fitted, staged, judge, memo)
+    assert memo is None or not memo.amounts  # taken
     legal = [v for v in variants(request, start) if judge.legal(v)]
     assert [variant for variant, _, _ in priced] == legal
     assert len(legal) > 4  # several dispatchers, graph scopes and overlaps

@@ -32,6 +32,7 @@ from lcmoe.estimate.time import (
     shipped_time_coefficients,
     time_amounts,
 )
+from lcmoe.layout import ParallelLayout
 from lcmoe.plan.candidates import OFFLOAD_FRACTIONS, dispatchers_for, recompute_ladder
 from lcmoe.plan.judge import Judge
 from lcmoe.plan.plans import Plan, PlanRequest
@@ -54,9 +55,12 @@ class SearchMemo:
     search). A hit hands out the same object again, which also makes later equality checks an
     identity check. The key holds each value's type, so that 1 and 1.0 (equal, but written
     differently to JSON) stay apart. ``layers``: the per-layer stored activations of the
-    memory estimates (``SharedLayerBytes``), for the search's model."""
+    memory estimates (``SharedLayerBytes``), for the search's model. ``amounts``: the time
+    amounts of a candidate's fitted run (``time_of``), until its variants take them
+    (``priced_variants``)."""
 
     layers: SharedLayerBytes | None = None
+    amounts: dict[tuple[ParallelLayout, TrainingOptions], RunAmounts] = field(default_factory=dict)
     copies: dict[tuple[TrainingOptions, tuple[tuple[str, type, object], ...]], TrainingOptions] = field(
         default_factory=dict
     )
@@ -141,9 +145,13 @@ def beyond_offload(request: PlanRequest, run: RunConfig) -> Callable[[StageMemor
     return hopeless
 
 
-def time_of(request: PlanRequest, run: RunConfig, staged: StagedLayout) -> TimeEstimate:
-    """The time estimate under the request's coefficients (resolved once by ``search``)."""
-    return estimate_time(run, request.time_coefficients, staged=staged)
+def time_of(request: PlanRequest, run: RunConfig, staged: StagedLayout, memo: SearchMemo | None = None) -> TimeEstimate:
+    """The time estimate under the request's coefficients (resolved once by ``search``). With
+    ``memo`` its amounts are kept for ``priced_variants`` of the same run, which takes them."""
+    if memo is None:
+        return estimate_time(run, request.time_coefficients, staged=staged)
+    amounts = memo.amounts[(run.layout, run.options)] = time_amounts(run, staged)
+    return combine(amounts, time_coefficients_of(request, run))
 
 
 def static_lower_bound_fits(
@@ -207,9 +215,12 @@ def priced_variants(
     differ only in dispatcher, CUDA-graph scope and EP overlap, which leave the FLOPs and bytes
     alone: their amounts are computed once (``time_amounts``) and re-priced per variant
     (``relaunched_amounts`` → ``combine``), a sixth of the amount computations of timing each
-    variant from scratch."""
+    variant from scratch. The amounts ``time_of`` kept for ``fitted`` in ``memo`` seed them."""
     coefficients = time_coefficients_of(request, fitted.run)
     amounts: dict[tuple[str, float], RunAmounts] = {}
+    kept = memo.amounts.pop((fitted.run.layout, fitted.run.options), None) if memo is not None else None
+    if kept is not None:
+        amounts[(fitted.run.layout.cp_comm_type, dispatch_bytes(fitted.run.options))] = kept
     priced: list[tuple[RunConfig, TimeEstimate, bool]] = []
     for variant in variants(request, fitted.run, memo):
         if not judge.legal(variant):
@@ -305,5 +316,5 @@ def first_fitting(
         if len(found) >= 2:
             break
     # max keeps the first of equal predictions, as the search always has.
-    plans = [Plan(trial, memory, time_of(request, trial, staged)) for trial, memory in found]
+    plans = [Plan(trial, memory, time_of(request, trial, staged, memo)) for trial, memory in found]
     return max(plans, key=lambda p: p.tokens_per_sec_per_gpu, default=None)
