@@ -72,8 +72,9 @@ def moe_scale_of(options: TrainingOptions, coefficients: MemoryCoefficients) -> 
 class SharedLayerBytes:
     """Per-layer stored activations shared by many estimates of one model: a plan search
     estimates about 9 500 (layout, options) pairs, and the layouts that differ only in PP, VPP
-    or DP share their token shape, so most pairs find their layers already computed by an
-    earlier estimate. ``stage_inputs`` hands each estimate the ``LayerCache`` of its (token shape,
+    or DP share their token shape, so many pairs find their layers already computed by an
+    earlier estimate (DeepSeek-V3 on 512 GPUs: 57 000 layer computations become 23 000).
+    ``stage_inputs`` hands each estimate the ``LayerCache`` of its (token shape,
     options, MoE scale), and the replayed options of its options, instead of empty ones: the
     same values, since ``layer_activation_bytes`` reads nothing else. Lives for one caller's loop
     (the memo the style allows); estimates of another model do not use it."""
