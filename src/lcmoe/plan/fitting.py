@@ -7,10 +7,11 @@ fastest-first (``fastest_fitting_variant``). ``plan.search`` re-exports the publ
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from lcmoe.estimate.memory import (
     MemoryEstimate,
+    SharedLayerBytes,
     StagedLayout,
     StageMemory,
     estimate_memory,
@@ -20,7 +21,18 @@ from lcmoe.estimate.memory import (
     stage_state_bytes,
     staged_layout,
 )
-from lcmoe.estimate.time import TimeEstimate, estimate_time
+from lcmoe.estimate.time import (
+    RunAmounts,
+    TimeCoefficients,
+    TimeEstimate,
+    combine,
+    dispatch_bytes,
+    estimate_time,
+    relaunched_amounts,
+    shipped_time_coefficients,
+    time_amounts,
+)
+from lcmoe.layout import ParallelLayout
 from lcmoe.plan.candidates import OFFLOAD_FRACTIONS, dispatchers_for, recompute_ladder
 from lcmoe.plan.judge import Judge
 from lcmoe.plan.plans import Plan, PlanRequest
@@ -29,6 +41,46 @@ from lcmoe.workload import TrainingOptions, unchecked_replace
 
 # The search's copies of validated options (recompute rungs, offloads, variants) skip re-validation.
 options_with = unchecked_replace
+
+
+@dataclass(slots=True)
+class SearchMemo:
+    """What one search remembers between its candidates, so that the work every layout repeats
+    is done once; it lives for one ``search`` call, like ``Judge`` (the memo the style allows).
+
+    ``copy`` is ``options_with``, each copy made once: the option sets a search tries (recompute
+    rungs, offload fractions, dispatcher / CUDA-graph / EP-overlap variants) are a few dozen
+    copies of its starting options, asked for again by every layout (about 36 000 copies for
+    DeepSeek-V3 on 512 GPUs, each a slow ``copy.copy`` of a slotted dataclass, a fifth of the
+    search). A hit hands out the same object again, which also makes later equality checks an
+    identity check. The key holds each value's type, so that 1 and 1.0 (equal, but written
+    differently to JSON) stay apart. ``layers``: the per-layer stored activations of the
+    memory estimates (``SharedLayerBytes``), for the search's model. ``amounts``: the time
+    amounts of a candidate's fitted run (``time_of``), until its variants take them
+    (``priced_variants``)."""
+
+    layers: SharedLayerBytes | None = None
+    amounts: dict[tuple[ParallelLayout, TrainingOptions], RunAmounts] = field(default_factory=dict)
+    copies: dict[tuple[TrainingOptions, tuple[tuple[str, type, object], ...]], TrainingOptions] = field(
+        default_factory=dict
+    )
+
+    def copy(self, options: TrainingOptions, **changes: object) -> TrainingOptions:
+        key = (options, tuple((name, type(value), value) for name, value in changes.items()))
+        made = self.copies.get(key)
+        if made is None:
+            made = self.copies[key] = options_with(options, **changes)
+        return made
+
+
+def search_memo(request: PlanRequest) -> SearchMemo:
+    """A fresh memo for one search of ``request``."""
+    return SearchMemo(layers=SharedLayerBytes(request.model))
+
+
+def copier(memo: SearchMemo | None) -> Callable[..., TrainingOptions]:
+    """The memo's ``copy``, or a plain ``options_with`` without one."""
+    return memo.copy if memo is not None else options_with
 
 
 def with_options(run: RunConfig, options: TrainingOptions) -> RunConfig:
@@ -42,13 +94,20 @@ def memory_of(request: PlanRequest, run: RunConfig, staged: StagedLayout) -> Mem
 
 
 def probed_memory(
-    request: PlanRequest, run: RunConfig, staged: StagedLayout, probe: int, hopeless: Callable[[StageMemory], bool]
+    request: PlanRequest,
+    run: RunConfig,
+    staged: StagedLayout,
+    probe: int,
+    hopeless: Callable[[StageMemory], bool],
+    memo: SearchMemo | None = None,
 ) -> MemoryEstimate | None:
     """``memory_of``, or None when stage ``probe`` alone is ``hopeless`` (over capacity beyond
     what the caller can rescue): a trial that fails usually fails on the stage that was worst
     in the candidate's previous trial, so one stage is estimated instead of all. The stages are
-    the same ``stage_memory`` values ``estimate_memory`` computes, in any order."""
-    inputs = stage_inputs(run.model, run.hardware, run.layout, run.options, request.memory_coefficients)
+    the same ``stage_memory`` values ``estimate_memory`` computes, in any order (``memo``: the
+    search's, whose per-layer bytes it reuses)."""
+    layers = memo.layers if memo is not None else None
+    inputs = stage_inputs(run.model, run.hardware, run.layout, run.options, request.memory_coefficients, shared=layers)
     first = stage_memory(inputs, staged.stages[probe], staged.params[probe])
     if hopeless(first):
         return None
@@ -86,16 +145,22 @@ def beyond_offload(request: PlanRequest, run: RunConfig) -> Callable[[StageMemor
     return hopeless
 
 
-def time_of(request: PlanRequest, run: RunConfig, staged: StagedLayout) -> TimeEstimate:
-    """The time estimate under the request's coefficients (resolved once by ``search``)."""
-    return estimate_time(run, request.time_coefficients, staged=staged)
+def time_of(request: PlanRequest, run: RunConfig, staged: StagedLayout, memo: SearchMemo | None = None) -> TimeEstimate:
+    """The time estimate under the request's coefficients (resolved once by ``search``). With
+    ``memo`` its amounts are kept for ``priced_variants`` of the same run, which takes them."""
+    if memo is None:
+        return estimate_time(run, request.time_coefficients, staged=staged)
+    amounts = memo.amounts[(run.layout, run.options)] = time_amounts(run, staged)
+    return combine(amounts, time_coefficients_of(request, run))
 
 
-def static_lower_bound_fits(run: RunConfig, margin: float, staged: StagedLayout | None = None) -> bool:
+def static_lower_bound_fits(
+    run: RunConfig, margin: float, staged: StagedLayout | None = None, memo: SearchMemo | None = None
+) -> bool:
     """Cheap prune: weights + grads + the GPU share of the optimizer with everything offloaded
-    must already fit, or no recompute or offload can save the layout."""
+    must already fit, or no recompute or offload can save the layout (``memo``: the search's)."""
     capacity = (1 - margin) * run.hardware.hbm_bytes
-    offloaded = options_with(run.options, optimizer_offload_fraction=1.0)
+    offloaded = copier(memo)(run.options, optimizer_offload_fraction=1.0)
     staged = staged or staged_layout(run.model, run.layout)
     for stage, params in zip(staged.stages, staged.params, strict=True):
         _, state = stage_state_bytes(run.model, run.layout, stage, offloaded, run.hardware.architecture, params)
@@ -104,9 +169,10 @@ def static_lower_bound_fits(run: RunConfig, margin: float, staged: StagedLayout 
     return True
 
 
-def variants(request: PlanRequest, run: RunConfig) -> Iterator[RunConfig]:
+def variants(request: PlanRequest, run: RunConfig, memo: SearchMemo | None = None) -> Iterator[RunConfig]:
     """Dispatcher × CUDA graphs × EP overlap × CP exchange (p2p ring, or a2a when the heads per
-    TP rank divide by CP — LC-CP-COMM) around a fitting option set."""
+    TP rank divide by CP — LC-CP-COMM) around a fitting option set (``memo``: the search's)."""
+    copy = copier(memo)
     graph_choices: list[frozenset[str]] = [frozenset()]
     if request.allow_cuda_graphs and run.options.recompute_granularity != "full":
         scope = {"attn", "moe_router", "moe_preprocess"} if run.model.is_moe else {"attn"}
@@ -126,7 +192,7 @@ def variants(request: PlanRequest, run: RunConfig) -> Iterator[RunConfig]:
         for dispatcher in dispatchers_for(request):
             for graphs in graph_choices:
                 for overlap in overlaps:
-                    options = options_with(
+                    options = copy(
                         run.options,
                         dispatcher=dispatcher,
                         cuda_graph_scope=graphs,
@@ -135,24 +201,59 @@ def variants(request: PlanRequest, run: RunConfig) -> Iterator[RunConfig]:
                     yield RunConfig(run.model, run.hardware, layout, options)
 
 
-def fastest_fitting_variant(request: PlanRequest, fitted: Plan, staged: StagedLayout, judge: Judge) -> Plan | None:
-    """The fastest legal variant of ``fitted`` that still fits. Time does not depend on memory, so
-    the variants are timed first and memory is estimated fastest-first until one fits (most
-    variants fit, so this is usually one memory estimate instead of one per variant). The variant
-    that is ``fitted`` itself reuses its estimates."""
-    timed: list[tuple[RunConfig, TimeEstimate]] = []
-    for variant in variants(request, fitted.run):
+def time_coefficients_of(request: PlanRequest, run: RunConfig) -> TimeCoefficients:
+    """The request's time coefficients (resolved once by ``search``), else the shipped ones, as
+    ``estimate_time`` picks them."""
+    return request.time_coefficients or shipped_time_coefficients(run.hardware.architecture)
+
+
+def priced_variants(
+    request: PlanRequest, fitted: Plan, staged: StagedLayout, judge: Judge, memo: SearchMemo | None = None
+) -> list[tuple[RunConfig, TimeEstimate, bool]]:
+    """Every legal variant of ``fitted`` with its time estimate and whether it is ``fitted``
+    itself (whose estimate is reused). The variants of one CP exchange (and dispatch width)
+    differ only in dispatcher, CUDA-graph scope and EP overlap, which leave the FLOPs and bytes
+    alone: their amounts are computed once (``time_amounts``) and re-priced per variant
+    (``relaunched_amounts`` → ``combine``), a sixth of the amount computations of timing each
+    variant from scratch. The amounts ``time_of`` kept for ``fitted`` in ``memo`` seed them."""
+    coefficients = time_coefficients_of(request, fitted.run)
+    amounts: dict[tuple[str, float], RunAmounts] = {}
+    kept = memo.amounts.pop((fitted.run.layout, fitted.run.options), None) if memo is not None else None
+    if kept is not None:
+        amounts[(fitted.run.layout.cp_comm_type, dispatch_bytes(fitted.run.options))] = kept
+    priced: list[tuple[RunConfig, TimeEstimate, bool]] = []
+    for variant in variants(request, fitted.run, memo):
         if not judge.legal(variant):
             continue
-        same = variant.options == fitted.run.options and variant.layout == fitted.run.layout
-        timed.append((variant, fitted.time if same else time_of(request, variant, staged)))
+        if variant.options == fitted.run.options and variant.layout == fitted.run.layout:
+            priced.append((variant, fitted.time, True))
+            continue
+        key = (variant.layout.cp_comm_type, dispatch_bytes(variant.options))
+        known = amounts.get(key)
+        if known is None:
+            known = amounts[key] = time_amounts(variant, staged)
+        else:
+            known = relaunched_amounts(known, variant)
+        priced.append((variant, combine(known, coefficients), False))
+    return priced
+
+
+def fastest_fitting_variant(
+    request: PlanRequest, fitted: Plan, staged: StagedLayout, judge: Judge, memo: SearchMemo | None = None
+) -> Plan | None:
+    """The fastest legal variant of ``fitted`` that still fits. Time does not depend on memory, so
+    the variants are timed first (``priced_variants``) and memory is estimated fastest-first until
+    one fits (most variants fit, so this is usually one memory estimate instead of one per
+    variant). The variant that is ``fitted`` itself reuses its estimates."""
+    timed = priced_variants(request, fitted, staged, judge, memo)
     # Stable sort: among equal predictions the first enumerated variant wins, as before.
-    timed.sort(key=lambda pair: -pair[1].tokens_per_sec_per_gpu)
+    timed.sort(key=lambda entry: -entry[1].tokens_per_sec_per_gpu)
     probe = worst_stage(fitted.memory)
-    for variant, time in timed:
-        same = variant.options == fitted.run.options and variant.layout == fitted.run.layout
+    for variant, time, same in timed:
         memory = (
-            fitted.memory if same else probed_memory(request, variant, staged, probe, over_capacity(request, variant))
+            fitted.memory
+            if same
+            else probed_memory(request, variant, staged, probe, over_capacity(request, variant), memo)
         )
         if memory is not None and memory.fits(request.memory_margin):
             return Plan(variant, memory, time)
@@ -160,7 +261,7 @@ def fastest_fitting_variant(request: PlanRequest, fitted: Plan, staged: StagedLa
 
 
 def _offloaded_fit(
-    request: PlanRequest, trial: RunConfig, memory: MemoryEstimate, staged: StagedLayout
+    request: PlanRequest, trial: RunConfig, memory: MemoryEstimate, staged: StagedLayout, memo: SearchMemo | None
 ) -> tuple[RunConfig, MemoryEstimate] | None:
     """A rung that does not fit without offload: the offload fraction solved from the optimizer
     bytes (memory falls linearly with it), rounded up to OFFLOAD_FRACTIONS and verified, then
@@ -174,21 +275,25 @@ def _offloaded_fit(
     fractions = (fraction,) if fraction == 1.0 else (fraction, 1.0)
     probe, over = worst_stage(memory), over_capacity(request, trial)
     for offload in fractions:
-        offloaded = with_options(trial, options_with(trial.options, optimizer_offload_fraction=offload))
-        found = probed_memory(request, offloaded, staged, probe, over)
+        offloaded = with_options(trial, copier(memo)(trial.options, optimizer_offload_fraction=offload))
+        found = probed_memory(request, offloaded, staged, probe, over, memo)
         if found is not None and found.fits(request.memory_margin):
             return offloaded, found
     return None
 
 
-def first_fitting(request: PlanRequest, run: RunConfig, staged: StagedLayout, judge: Judge) -> Plan | None:
+def first_fitting(
+    request: PlanRequest, run: RunConfig, staged: StagedLayout, judge: Judge, memo: SearchMemo | None = None
+) -> Plan | None:
     """The cheapest (recompute, offload) pair that fits. Per rung of the recompute ladder the
     needed offload fraction is solved (``_offloaded_fit``); the first rung that fits without
-    offload ends the climb, and among the (at most two) fitting rungs the faster one wins."""
+    offload ends the climb, and among the (at most two) fitting rungs the faster one wins
+    (``memo``: the search's)."""
+    copy = copier(memo)
     found: list[tuple[RunConfig, MemoryEstimate]] = []
     probe, hopeless = 0, beyond_offload(request, run)  # 1F1B: the first stage holds the most microbatches
     for granularity, modules in recompute_ladder(run.model):
-        options = options_with(
+        options = copy(
             run.options,
             recompute_granularity=granularity,
             recompute_modules=modules,
@@ -197,19 +302,19 @@ def first_fitting(request: PlanRequest, run: RunConfig, staged: StagedLayout, ju
         trial = with_options(run, options)
         if not judge.legal(trial):
             continue
-        memory = probed_memory(request, trial, staged, probe, hopeless)
+        memory = probed_memory(request, trial, staged, probe, hopeless, memo)
         if memory is None:  # neither fits nor can be offloaded into fitting (``beyond_offload``)
             continue
         probe = worst_stage(memory)
         if memory.fits(request.memory_margin):
             found.append((trial, memory))
             break
-        offloaded = _offloaded_fit(request, trial, memory, staged) if request.allow_offload else None
+        offloaded = _offloaded_fit(request, trial, memory, staged, memo) if request.allow_offload else None
         if offloaded is None:
             continue
         found.append(offloaded)
         if len(found) >= 2:
             break
     # max keeps the first of equal predictions, as the search always has.
-    plans = [Plan(trial, memory, time_of(request, trial, staged)) for trial, memory in found]
+    plans = [Plan(trial, memory, time_of(request, trial, staged, memo)) for trial, memory in found]
     return max(plans, key=lambda p: p.tokens_per_sec_per_gpu, default=None)

@@ -46,9 +46,11 @@ from lcmoe.plan.candidates import (
     vpp_candidates,
 )
 from lcmoe.plan.fitting import (
+    SearchMemo,
     fastest_fitting_variant,
     first_fitting,
     memory_of,
+    search_memo,
     static_lower_bound_fits,
     time_of,
 )
@@ -111,11 +113,16 @@ class _Tally:
 
 
 def _evaluate(
-    request: PlanRequest, layout: ParallelLayout, starts: tuple[TrainingOptions, ...], tally: _Tally, judge: Judge
+    request: PlanRequest,
+    layout: ParallelLayout,
+    starts: tuple[TrainingOptions, ...],
+    tally: _Tally,
+    judge: Judge,
+    memo: SearchMemo,
 ) -> None:
     """Every precision of one layout (``starts``: ``base_options`` per precision): legality (by
     the search's ``judge``), the model-state bound, the recompute/offload climb and the fastest
-    fitting variant."""
+    fitting variant (``memo``: what the search remembers between layouts)."""
     staged: StagedLayout | None = None  # the same for every precision; built once legal
     for options in starts:
         run = RunConfig(request.model, request.hardware, layout, options)
@@ -124,14 +131,14 @@ def _evaluate(
             continue
         tally.legal += 1
         staged = staged or staged_layout(run.model, run.layout)
-        if not static_lower_bound_fits(run, request.memory_margin, staged):
+        if not static_lower_bound_fits(run, request.memory_margin, staged, memo):
             continue
-        fitted = first_fitting(request, run, staged, judge)
+        fitted = first_fitting(request, run, staged, judge, memo)
         if fitted is None:
             if len(tally.over) < MAX_OVER_PLANS:
                 tally.over.append(Plan(run, memory_of(request, run, staged), time_of(request, run, staged)))
             continue
-        best = fastest_fitting_variant(request, fitted, staged, judge)
+        best = fastest_fitting_variant(request, fitted, staged, judge, memo)
         if best is not None:
             tally.evaluated.append(best)
 
@@ -147,11 +154,11 @@ def search(request: PlanRequest, progress: Callable[[int, int], None] | None = N
     # The starting options depend on the precision only: built once, not once per layout.
     starts = tuple(base_options(request, precision) for precision in precisions_for(request))
     tally = _Tally()
-    judge = judge_for(request.megatron_core_version)
+    judge, memo = judge_for(request.megatron_core_version), search_memo(request)
     for index, layout in enumerate(layouts):
         if progress:
             progress(index, len(layouts))
-        _evaluate(request, layout, starts, tally, judge)
+        _evaluate(request, layout, starts, tally, judge, memo)
     if progress:
         progress(len(layouts), len(layouts))
     return _result(request, tally, gbs)

@@ -98,6 +98,7 @@ from lcmoe.estimate.memory.results import (
 )
 from lcmoe.estimate.memory.stage import (
     LayerCache,
+    SharedLayerBytes,
     StageInputs,
     StagePeak,
     StageTerms,
@@ -106,6 +107,7 @@ from lcmoe.estimate.memory.stage import (
     estimate_memory,
     largest_replayed_layer,
     memory_of_stages,
+    moe_scale_of,
     stage_activations,
     stage_inputs,
     stage_memory,
@@ -184,6 +186,7 @@ __all__ = [
     "MemoryCoefficients",
     "MemoryEstimate",
     "ModelState",
+    "SharedLayerBytes",
     "StageInputs",
     "StageMemory",
     "StageParams",
@@ -229,6 +232,7 @@ __all__ = [
     "moe_dispatch_transient_bytes",
     "moe_norm_output_bytes",
     "moe_norm_recompute_allowed",
+    "moe_scale_of",
     "mtp_layer_activation_bytes",
     "norm_bytes",
     "optimizer_bytes_per_param",

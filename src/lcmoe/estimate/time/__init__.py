@@ -46,10 +46,12 @@ from lcmoe.estimate.time.amounts import (
     adapter_flops_per_token,
     attention_cp_bytes,
     dense_gemm_kernels,
+    dispatch_bytes,
     gemm_passes,
     mixer_cp_a2a_bytes,
     model_flops_per_token,
     moe_layer_bytes,
+    relaunched_amounts,
     time_amounts,
     tp_layer_bytes,
 )
@@ -125,6 +127,7 @@ from lcmoe.estimate.time.stage import (
     pp_stage_seconds,
     stage_rates,
     stage_time,
+    stage_time_key,
 )
 from lcmoe.estimate.time.terms import TimeTerm, stage_terms, step_terms, time_term
 
@@ -165,6 +168,7 @@ __all__ = [
     "cp_ring_layer_seconds",
     "dense_fp8_gain",
     "dense_gemm_kernels",
+    "dispatch_bytes",
     "dispatcher_link_efficiency",
     "ep_exposed_seconds",
     "ep_layer_seconds",
@@ -194,11 +198,13 @@ __all__ = [
     "narrow_m_factor",
     "pp_stage_seconds",
     "recompute_seconds",
+    "relaunched_amounts",
     "scaleout_link_bandwidth",
     "shipped_time_coefficients",
     "stage_rates",
     "stage_terms",
     "stage_time",
+    "stage_time_key",
     "step_terms",
     "target_hit_probability",
     "time_amounts",

@@ -3,7 +3,7 @@ run (one GPU's share of one microbatch)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lcmoe.estimate.flops import flops_per_token, lora_model_flops_per_token
 from lcmoe.estimate.memory import (
@@ -127,6 +127,8 @@ class RunAmounts:
     # layer): its kernel's rate saturates on the window, not the chunk
     # (compute.window_attention_saturation).
     attention_window: float = 0.0
+    # Bytes per dispatched element the layers' ep_bytes were counted at (dispatch_bytes).
+    dispatch_bytes: float = float(BF16)
 
     @property
     def gemm_peak(self) -> float:
@@ -260,6 +262,12 @@ def attention_cp_bytes(run: RunConfig, layer: int) -> tuple[float, float]:
     return cp_kv, cp_a2a
 
 
+def dispatch_bytes(options: TrainingOptions) -> float:
+    """Bytes per element of a dispatched token: FP8 (1 B) when DeepEP or HybridEP dispatch under
+    an FP8 recipe, else BF16 (2 B); the combine is always BF16."""
+    return 1.0 if options.is_fp8 and options.dispatcher in ("deepep", "hybridep") else float(BF16)
+
+
 def moe_layer_bytes(run: RunConfig, layer: int) -> tuple[float, float]:
     """(EP dispatch + combine bytes, routed-token bytes the permutes move) of a layer, one GPU, one
     microbatch. EP: 2 · Td · width · (dispatch bytes + 2 B), Td = routed tokens · etp · imbalance
@@ -273,8 +281,7 @@ def moe_layer_bytes(run: RunConfig, layer: int) -> tuple[float, float]:
     ep_bytes = 0.0
     if layout.ep * layout.etp > 1:
         td = routed_tokens * layout.etp * options.moe_token_imbalance
-        dispatch = 1.0 if options.is_fp8 and options.dispatcher in ("deepep", "hybridep") else float(BF16)
-        ep_bytes = 2 * td * model.expert_width * (dispatch + BF16)
+        ep_bytes = 2 * td * model.expert_width * (dispatch_bytes(options) + BF16)
     return ep_bytes, moe_token_bytes
 
 
@@ -447,4 +454,30 @@ def time_amounts(run: RunConfig, staged: StagedLayout | None = None) -> RunAmoun
         world_size=layout.world_size,
         gemm_passes=gemm_passes(options),
         architecture=hardware.architecture,
+        dispatch_bytes=dispatch_bytes(options),
+    )
+
+
+def relaunched_amounts(amounts: RunAmounts, run: RunConfig) -> RunAmounts:
+    """``time_amounts(run)`` from the amounts of a run that differs from ``run`` only in
+    dispatcher, CUDA-graph scope and EP overlap, without recounting the layers: the planner prices
+    its dispatcher × graph × overlap variants from one set of amounts, since the FLOPs and bytes
+    stay the same and only how tokens travel and kernels launch changes. ``time_amounts`` reads
+    those options only into the fields set here, save two cases that are refused: a dispatcher
+    that sends tokens at another width (``dispatch_bytes``, in every MoE layer's ep_bytes), and a
+    full-iteration graph (its static MoE buffers change the stored bytes, ``dispatched_tokens``;
+    the stored bytes are otherwise taken without recompute, where the scope does not matter)."""
+    model, layout, options = run.model, run.layout, run.options
+    if "full_iteration" in amounts.cuda_graph_scope or "full_iteration" in options.cuda_graph_scope:
+        raise ValueError("a full-iteration CUDA graph changes the MoE amounts: use time_amounts")
+    if dispatch_bytes(options) != amounts.dispatch_bytes:
+        raise ValueError(f"{options.dispatcher} dispatches at another width: use time_amounts")
+    local, remote = ep_link_shares(model, layout.ep, layout.etp, run.hardware.nvlink_domain_size, options.dispatcher)
+    return replace(
+        amounts,
+        ep_local_share=local,
+        ep_remote_share=remote,
+        dispatcher=options.dispatcher,
+        cuda_graph_scope=frozenset(options.cuda_graph_scope),
+        ep_overlap=options.overlap_moe_expert_parallel_comm,
     )

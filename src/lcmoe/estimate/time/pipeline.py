@@ -9,7 +9,7 @@ from lcmoe.estimate.memory import StagedLayout
 from lcmoe.estimate.time.amounts import RunAmounts, time_amounts
 from lcmoe.estimate.time.coefficients import TimeCoefficients, shipped_time_coefficients
 from lcmoe.estimate.time.communication import link_bandwidth
-from lcmoe.estimate.time.stage import stage_time
+from lcmoe.estimate.time.stage import StageTime, stage_rates, stage_time, stage_time_key
 from lcmoe.run import RunConfig
 
 
@@ -35,8 +35,17 @@ class TimeEstimate:
 
 
 def combine(a: RunAmounts, c: TimeCoefficients) -> TimeEstimate:
-    """Step time from amounts and rates: (M + bubble) × slowest stage + exposed DP + optimizer."""
-    per_stage = [stage_time(a, stage, c) for stage in a.stages]
+    """Step time from amounts and rates: (M + bubble) × slowest stage + exposed DP + optimizer.
+    Identical stages (``stage_time_key``) are timed once, at rates built once."""
+    rates = stage_rates(a, c)
+    timed: dict[tuple[object, ...], StageTime] = {}
+    per_stage = []
+    for stage in a.stages:
+        key = stage_time_key(stage)
+        known = timed.get(key)
+        if known is None:
+            known = timed[key] = stage_time(a, stage, c, rates)
+        per_stage.append(known)
     critical = max(range(len(per_stage)), key=lambda i: per_stage[i].total)
     microbatch = per_stage[critical]
     bubble_factor = (a.pp - 1) / a.vpp if a.pp > 1 else 0.0

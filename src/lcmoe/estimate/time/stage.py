@@ -59,7 +59,11 @@ class StageTime:
         )
 
     def as_dict(self, factor: float = 1.0) -> dict[str, float]:
-        return {f.name: getattr(self, f.name) * factor for f in fields(self)}
+        return {name: getattr(self, name) * factor for name in _STAGE_TIME_TERMS}
+
+
+# StageTime's term names, in field order (``dataclasses.fields`` is slow on every step estimate).
+_STAGE_TIME_TERMS = tuple(f.name for f in fields(StageTime))
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,9 +223,18 @@ def pp_stage_seconds(a: RunAmounts, stage: StageAmounts, r: StageRates, compute:
     return pp
 
 
-def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients) -> StageTime:
-    """Forward + backward of one microbatch on one GPU of ``stage`` (see the module docstring)."""
-    r = stage_rates(a, c)
+def stage_time_key(stage: StageAmounts) -> tuple[object, ...]:
+    """What ``stage_time`` reads of a stage: two stages with equal keys (most stages of a PP
+    layout: the same layers, no embedding or loss) take the same time, so a step times each key
+    once. The rank and the data-parallel and optimizer amounts are the step's, not the stage's."""
+    return (stage.groups, stage.counts, stage.logits_flops, stage.pp_bytes)
+
+
+def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients, rates: StageRates | None = None) -> StageTime:
+    """Forward + backward of one microbatch on one GPU of ``stage`` (see the module docstring).
+    ``rates``: ``stage_rates(a, c)``, the same for every stage of ``a`` (a caller timing them all
+    builds it once)."""
+    r = rates or stage_rates(a, c)
     totals = dict.fromkeys(
         ("dense", "expert", "attention", "elementwise", "recompute", "tp", "cp", "ep", "ovh", "permute"), 0.0
     )
