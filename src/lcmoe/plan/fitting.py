@@ -24,6 +24,7 @@ from lcmoe.estimate.time import TimeEstimate, estimate_time
 from lcmoe.plan.candidates import OFFLOAD_FRACTIONS, dispatchers_for, recompute_ladder
 from lcmoe.plan.judge import Judge
 from lcmoe.plan.plans import Plan, PlanRequest
+from lcmoe.rules.context_parallel import sensible_hierarchical_sizes
 from lcmoe.run import RunConfig
 from lcmoe.workload import TrainingOptions, unchecked_replace
 
@@ -106,7 +107,9 @@ def static_lower_bound_fits(run: RunConfig, margin: float, staged: StagedLayout 
 
 def variants(request: PlanRequest, run: RunConfig) -> Iterator[RunConfig]:
     """Dispatcher × CUDA graphs × EP overlap × CP exchange (p2p ring, or a2a when the heads per
-    TP rank divide by CP — LC-CP-COMM) around a fitting option set."""
+    TP rank divide by CP, or a2a+p2p where the CP group spans beyond the NVLink domain with its
+    a2a group inside it — LC-CP-COMM, ``rules.context_parallel.sensible_hierarchical_sizes``)
+    around a fitting option set."""
     graph_choices: list[frozenset[str]] = [frozenset()]
     if request.allow_cuda_graphs and run.options.recompute_granularity != "full":
         scope = {"attn", "moe_router", "moe_preprocess"} if run.model.is_moe else {"attn"}
@@ -118,10 +121,19 @@ def variants(request: PlanRequest, run: RunConfig) -> Iterator[RunConfig]:
         cp_types = ["all_gather"]  # the only CP DSA attention runs (L-DSA-CP)
     elif run.layout.cp > 1 and (run.model.num_attention_heads // run.layout.tp) % run.layout.cp == 0:
         cp_types.append("a2a")
+    hierarchical = None if run.model.is_dsa else hierarchical_sizes(run)
+    if hierarchical:
+        cp_types.append("a2a+p2p")
     overlaps = (False, True) if run.model.is_moe and run.layout.ep > 1 else (False,)
     for cp_comm_type in cp_types:
         layout = (
-            run.layout if cp_comm_type == run.layout.cp_comm_type else replace(run.layout, cp_comm_type=cp_comm_type)
+            run.layout
+            if cp_comm_type == run.layout.cp_comm_type
+            else replace(
+                run.layout,
+                cp_comm_type=cp_comm_type,
+                hierarchical_context_parallel_sizes=hierarchical if cp_comm_type == "a2a+p2p" else None,
+            )
         )
         for dispatcher in dispatchers_for(request):
             for graphs in graph_choices:
@@ -133,6 +145,12 @@ def variants(request: PlanRequest, run: RunConfig) -> Iterator[RunConfig]:
                         overlap_moe_expert_parallel_comm=overlap,
                     )
                     yield RunConfig(run.model, run.hardware, layout, options)
+
+
+def hierarchical_sizes(run: RunConfig) -> tuple[int, int] | None:
+    """The a2a+p2p split the search tries for ``run``'s layout (None: none worth trying)."""
+    lay = run.layout
+    return sensible_hierarchical_sizes(run.model, lay.tp, lay.cp, run.hardware.nvlink_domain_size)
 
 
 def fastest_fitting_variant(request: PlanRequest, fitted: Plan, staged: StagedLayout, judge: Judge) -> Plan | None:
