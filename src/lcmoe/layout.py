@@ -148,7 +148,7 @@ class ParallelLayout:
             raise LcmoeError(
                 field_name,
                 list(sizes),
-                f"has {len(sizes)} levels; a2a+p2p takes two (a2a size, p2p size)",
+                f"has {len(sizes)} levels, but a2a+p2p takes two (a2a size, p2p size)",
                 "give two sizes, e.g. 8,2",
             )
         if math.prod(sizes) != self.cp:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from lcmoe.emit.environment import environment
+from lcmoe.rules.context_parallel import MIN_TE_CP_COMM_TYPE, MIN_TE_HIERARCHICAL_CP
 from lcmoe.rules.legality import version_tuple, violations
 from lcmoe.run import RunConfig
 
@@ -125,7 +126,7 @@ def checks(facts: NodeFacts, run: RunConfig | None = None, *, target_megatron_co
     te = facts.packages.get("transformer-engine")
     needs_te = run is not None and run.options.is_fp8
     if te:
-        out.append(Check("transformer-engine", "pass", f"Transformer Engine {te}"))
+        out.append(_te_cp_check(te, run))
     else:
         out.append(
             Check(
@@ -166,6 +167,23 @@ def checks(facts: NodeFacts, run: RunConfig | None = None, *, target_megatron_co
     if run is not None:
         out += _plan_checks(facts, run, mcore)
     return out
+
+
+def _te_cp_check(te: str, run: RunConfig | None) -> Check:
+    """Transformer Engine is there; a plan's CP exchange needs TE ≥ 1.10 to reach TE at all (older
+    TE runs every CP layer as the p2p ring) and a2a+p2p TE ≥ 1.12 (mcore
+    extensions/transformer_engine.py:1869-1876)."""
+    lay = run.layout if run is not None else None
+    if lay is not None and lay.cp > 1 and lay.cp_comm_type != "p2p":
+        need = MIN_TE_HIERARCHICAL_CP if lay.cp_comm_type == "a2a+p2p" else MIN_TE_CP_COMM_TYPE
+        if version_tuple(te) < version_tuple(need):
+            return Check(
+                "transformer-engine",
+                "fail",
+                f"Transformer Engine {te} is older than {need}, which cp_comm_type {lay.cp_comm_type} needs",
+                f"pip install 'transformer_engine[pytorch]>={need}' (or use the NeMo container)",
+            )
+    return Check("transformer-engine", "pass", f"Transformer Engine {te}")
 
 
 def _gpu_check(facts: NodeFacts, run: RunConfig | None) -> Check:
