@@ -33,8 +33,9 @@ def _feature_runs() -> list[RunConfig]:
         ),
         with_options(base, cuda_graph_scope=frozenset({"full_iteration"}), dispatcher="deepep"),
         with_options(base, optimizer_offload_fraction=0.5, precision="fp8-blockwise"),
+        # a2a CP at TP 1: the 4 K/V groups split over CP 4 (at TP 4, one K/V head a rank: L-CP-A2A-HEADS).
         with_layout(
-            make_run("qwen3-235b-a22b", "gb200", tp=4, cp=4, ep=32, pp=4, vpp=12, gpus=128), cp_comm_type="a2a"
+            make_run("qwen3-235b-a22b", "gb200", tp=1, cp=4, ep=32, pp=4, vpp=12, gpus=128), cp_comm_type="a2a"
         ),
         make_run("llama3-70b", cp=4, ep=1, pp=8, vpp=5, gpus=256, dispatcher="alltoall"),
         make_run("qwen3-30b-a3b", tp=2, cp=1, ep=8, pp=1, vpp=1, gpus=16, peft="lora", lora_input_regather=True),
