@@ -288,3 +288,48 @@ def test_plan_json_reads_back() -> None:
     assert entry["layout"]["hierarchical_context_parallel_sizes"] == [8, 2]
     doc = {"inputs": {"model": "llama3-70b", "gpu": "h100", "seq_len": run.options.seq_len}, "plans": [entry]}
     assert run_from_plan(doc).layout == run.layout
+
+
+# ----- the CLI: estimate takes it, check reads it from both config kinds ----------------------
+def test_estimate_takes_a2a_p2p_and_fills_in_the_sizes() -> None:
+    import json
+
+    from tests.conftest import run_cli
+
+    base = ("estimate", "-m", "llama3-70b", "-g", "h100", "-n", "64", "-s", "64k", "--tp", "1", "--cp", "16")
+    base += ("--pp", "4", "--recompute", "full", "--json", "--cp-comm-type", "a2a+p2p")
+    for extra, sizes in (((), [8, 2]), (("--hierarchical-cp-sizes", "4,4"), [4, 4])):
+        code, out, err = run_cli(*base, *extra)
+        assert code in (0, 1), err  # 1: this layout runs out of memory (PP 4 of a 70B at TP 1)
+        doc = json.loads(out)
+        assert doc["layout"]["hierarchical_context_parallel_sizes"] == sizes
+        assert not doc.get("violations"), doc.get("violations")
+    code, _, err = run_cli(*base, "--hierarchical-cp-sizes", "8,4")
+    assert code == 2 and "multiply to 32, not CP = 16" in err
+    code, _, err = run_cli(*base[:-1], "p2p", "--hierarchical-cp-sizes", "8,2")
+    assert code == 2 and "apply only to --cp-comm-type a2a+p2p" in err
+
+
+@pytest.mark.parametrize("kind", ["overrides", "megatron_lm"])
+def test_check_reads_a2a_p2p_back(kind: str, tmp_path: object) -> None:
+    import json
+    from pathlib import Path
+
+    from tests.conftest import run_cli
+
+    run = _llama_cp16()
+    path = Path(str(tmp_path)) / ("o.txt" if kind == "overrides" else "args.txt")
+    path.write_text(overrides_text(run) if kind == "overrides" else " ".join(megatron_lm_args(run)) + "\n")
+    code, out, err = run_cli("check", str(path), "--model", "llama3-70b", "--gpu", "h100", "--gpus", "64", "--json")
+    doc = json.loads(out)
+    assert doc["layout"]["cp_comm_type"] == "a2a+p2p", err
+    assert doc["layout"]["hierarchical_context_parallel_sizes"] == [8, 2]
+    assert "L-CP-HIER-SIZES" not in {e["rule"] for e in doc["errors"]}
+    # Without its sizes, check names the rule.
+    text = path.read_text()
+    text = text.replace("model.hierarchical_context_parallel_sizes=[8,2]\n", "").replace(
+        " --hierarchical-context-parallel-sizes 8 2", ""
+    )
+    path.write_text(text)
+    code, out, _ = run_cli("check", str(path), "--model", "llama3-70b", "--gpu", "h100", "--gpus", "64", "--json")
+    assert code == 2 and "L-CP-HIER-SIZES" in {e["rule"] for e in json.loads(out)["errors"]}
