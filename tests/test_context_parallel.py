@@ -133,6 +133,7 @@ def test_sensible_split_keeps_the_a2a_group_inside_one_nvlink_domain() -> None:
     assert sensible_hierarchical_sizes(llama, 1, 16, 8) == (8, 2)  # 8 GPUs of a2a, 2 nodes of ring
     assert sensible_hierarchical_sizes(dsv3, 4, 16, 8) == (2, 8)  # TP 4 · a2a 2 = 8 GPUs
     assert sensible_hierarchical_sizes(llama, 1, 8, 8) is None  # CP inside one node: nothing to gain
+    assert sensible_hierarchical_sizes(llama, 1, 8, 8, only_beyond_domain=False) == (4, 2)  # estimate's default
     assert sensible_hierarchical_sizes(dsv3, 8, 8, 8) is None  # TP 8 fills the node: no a2a room
     assert sensible_hierarchical_sizes(qwen, 8, 4, 8) is None  # 4 K/V groups over TP 8: 1 per rank
     assert sensible_hierarchical_sizes(qwen, 1, 16, 8) == (4, 4)  # 4 K/V heads per rank bound the a2a
@@ -308,6 +309,10 @@ def test_estimate_takes_a2a_p2p_and_fills_in_the_sizes() -> None:
     assert code == 2 and "multiply to 32, not CP = 16" in err
     code, _, err = run_cli(*base[:-1], "p2p", "--hierarchical-cp-sizes", "8,2")
     assert code == 2 and "apply only to --cp-comm-type a2a+p2p" in err
+    # Qwen3-235B at TP 4 holds one K/V head a rank: no a2a group of 2 or more divides it.
+    qwen = ("estimate", "-m", "qwen3-235b-a22b", "-g", "h100", "-n", "64", "-s", "128k", "--tp", "4", "--cp", "8")
+    code, _, err = run_cli(*qwen, "--ep", "32", "--pp", "2", "--cp-comm-type", "a2a+p2p")
+    assert code == 2 and "has no a2a group to default to at TP 4, CP 8" in err
 
 
 @pytest.mark.parametrize("kind", ["overrides", "megatron_lm"])

@@ -381,8 +381,7 @@ def _hierarchical_sizes(
     knobs: RunKnobs, spec: ModelSpec, hardware: HardwareSpec, cp_comm_type: str
 ) -> tuple[int, ...] | None:
     """``--hierarchical-cp-sizes`` (only with ``--cp-comm-type a2a+p2p``), or with a2a+p2p and no
-    sizes the planner's split (``sensible_hierarchical_sizes``; None where there is none, and
-    rule L-CP-HIER-SIZES says what to set)."""
+    sizes the planner's split (``sensible_hierarchical_sizes``; an error where there is none)."""
     from lcmoe.layout import read_hierarchical_sizes
     from lcmoe.rules.context_parallel import sensible_hierarchical_sizes
 
@@ -396,6 +395,16 @@ def _hierarchical_sizes(
     sizes = read_hierarchical_sizes(
         knobs.hierarchical_cp_sizes, field="--hierarchical-cp-sizes", cp_comm_type=cp_comm_type
     )
-    if sizes is None and cp_comm_type == "a2a+p2p":
-        return sensible_hierarchical_sizes(spec, knobs.tp, knobs.cp, hardware.nvlink_domain_size)
+    if sizes is None and cp_comm_type == "a2a+p2p" and knobs.cp > 1:
+        sizes = sensible_hierarchical_sizes(
+            spec, knobs.tp, knobs.cp, hardware.nvlink_domain_size, only_beyond_domain=False
+        )
+        if sizes is None:
+            raise LcmoeError(
+                "--cp-comm-type",
+                cp_comm_type,
+                f"has no a2a group to default to at TP {knobs.tp}, CP {knobs.cp}: none of 2 or more CP ranks fits "
+                f"one {hardware.nvlink_domain_size}-GPU NVLink domain and divides the heads per TP rank",
+                "give --hierarchical-cp-sizes A2A,P2P, or use p2p",
+            )
     return sizes

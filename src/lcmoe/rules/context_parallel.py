@@ -82,7 +82,8 @@ def _cp_hier_thd(r: RunConfig) -> str | None:
 
 SEQ_CP = LegalityRule(
     "L-SEQ-CP",
-    "bridge training/config.py:1435-1438 (seq_length % (2·CP)); mcore utils.py:2455-2470 (each CP rank "
+    "bridge training/config.py:1435-1438 and Megatron-LM training/arguments.py:1295-1298 (seq_length % "
+    "(2·CP)); mcore utils.py:2456-2470 (each CP rank "
     "takes 2 of the 2·CP chunks); packed THD: mcore utils.py:2405-2414 (each document padded to a multiple "
     "of 2·CP: Bridge's pad_seq_to_mult, recipes/common.py:164)",
     "use a sequence length divisible by 2·CP",
@@ -120,7 +121,9 @@ CP_HIER_THD = LegalityRule(
 )
 
 
-def sensible_hierarchical_sizes(model: ModelSpec, tp: int, cp: int, nvlink_domain: int) -> tuple[int, int] | None:
+def sensible_hierarchical_sizes(
+    model: ModelSpec, tp: int, cp: int, nvlink_domain: int, *, only_beyond_domain: bool = True
+) -> tuple[int, int] | None:
     """The (a2a size, p2p size) split the planner tries for ``a2a+p2p``, or None when there is none
     worth trying: the largest a2a size a < cp that divides cp, keeps its tp·a GPUs inside one NVLink
     domain (the a2a group is consecutive CP ranks, each TP ranks apart: mcore parallel_state.py:
@@ -128,8 +131,9 @@ def sensible_hierarchical_sizes(model: ModelSpec, tp: int, cp: int, nvlink_domai
     CP group itself spans beyond the NVLink domain (tp·cp > domain): inside one domain a2a or p2p
     alone already runs on NVLink, and a2a+p2p's point is to keep the all-to-all off the network
     (TE docstring: 'a2a across each CP sub-group (e.g., via NVLink), then p2p between sub-groups
-    (e.g., via IBLink)')."""
-    if cp <= 1 or tp * cp <= nvlink_domain:
+    (e.g., via IBLink)'). ``only_beyond_domain`` False drops that condition (``estimate`` asked for
+    a2a+p2p without sizes)."""
+    if cp <= 1 or (only_beyond_domain and tp * cp <= nvlink_domain):
         return None
     heads, kv_heads = attention_heads_per_tp_rank(model, tp)
     for a2a in range(cp - 1, 1, -1):
