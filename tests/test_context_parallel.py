@@ -338,3 +338,11 @@ def test_check_reads_a2a_p2p_back(kind: str, tmp_path: object) -> None:
     path.write_text(text)
     code, out, _ = run_cli("check", str(path), "--model", "llama3-70b", "--gpu", "h100", "--gpus", "64", "--json")
     assert code == 2 and "L-CP-HIER-SIZES" in {e["rule"] for e in json.loads(out)["errors"]}
+
+
+def test_plan_cards_show_both_sizes() -> None:
+    from lcmoe.plan.format import cp_exchange_text
+
+    assert cp_exchange_text(_llama_cp16().layout.as_dict()) == "a2a+p2p [8,2]"
+    assert cp_exchange_text(_llama_cp16("p2p", None).layout.as_dict()) == "p2p"
+    assert cp_exchange_text(ParallelLayout(cp=1).as_dict()) == "-"
