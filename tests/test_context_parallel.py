@@ -346,3 +346,19 @@ def test_plan_cards_show_both_sizes() -> None:
     assert cp_exchange_text(_llama_cp16().layout.as_dict()) == "a2a+p2p [8,2]"
     assert cp_exchange_text(_llama_cp16("p2p", None).layout.as_dict()) == "p2p"
     assert cp_exchange_text(ParallelLayout(cp=1).as_dict()) == "-"
+
+
+def test_diagnose_remedies_keep_the_a2a_group_when_cp_changes() -> None:
+    from lcmoe.diagnose.remedies import relayout
+
+    run = with_layout(
+        make_run("llama3-70b", seq_len=65536, tp=1, cp=16, ep=1, pp=2, vpp=1, gpus=64),  # DP 2
+        cp_comm_type="a2a+p2p",
+        hierarchical_context_parallel_sizes=(8, 2),
+    )
+    doubled = relayout(run, "cp", 2).run  # CP 32 = [8, 4], DP 1
+    assert doubled is not None
+    assert (doubled.layout.cp_comm_type, doubled.layout.hierarchical_context_parallel_sizes) == ("a2a+p2p", (8, 4))
+    halved = relayout(run, "cp", 0.5).run  # CP 8: the a2a group alone, so the ring
+    assert halved is not None
+    assert (halved.layout.cp_comm_type, halved.layout.hierarchical_context_parallel_sizes) == ("p2p", None)
