@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(not bf.available(), reason="megatron-bridge/core
 
 def _feature_runs() -> list[RunConfig]:
     """One run per emitter branch: selective/full recompute, TE and full-iteration graphs, offload,
-    each dispatcher, a2a CP, explicit layout and plain VPP, BF16 and FP8, LoRA."""
+    each dispatcher, a2a and a2a+p2p CP, explicit layout and plain VPP, BF16 and FP8, LoRA."""
     base = make_run()
     return [
         base,
@@ -41,6 +41,12 @@ def _feature_runs() -> list[RunConfig]:
         make_run("qwen3-30b-a3b", tp=2, cp=1, ep=8, pp=1, vpp=1, gpus=16, peft="lora", lora_input_regather=True),
         # Packed documents: dataset.inter_document_masking (inherited from MCore's GPTDatasetConfig).
         make_run("qwen3-30b-a3b", tp=2, cp=2, ep=8, pp=1, vpp=1, gpus=16, doc_lengths=preset("sft-chat")),
+        # Hierarchical CP: model.hierarchical_context_parallel_sizes (a list of ints).
+        with_layout(
+            make_run("llama3-70b", cp=16, ep=1, pp=4, vpp=1, gpus=64),
+            cp_comm_type="a2a+p2p",
+            hierarchical_context_parallel_sizes=(8, 2),
+        ),
     ]
 
 
