@@ -362,3 +362,14 @@ def test_diagnose_remedies_keep_the_a2a_group_when_cp_changes() -> None:
     halved = relayout(run, "cp", 0.5).run  # CP 8: the a2a group alone, so the ring
     assert halved is not None
     assert (halved.layout.cp_comm_type, halved.layout.hierarchical_context_parallel_sizes) == ("p2p", None)
+
+
+def test_preflight_checks_transformer_engine_for_the_cp_exchange() -> None:
+    """a2a+p2p needs TE ≥ 1.12, any non-ring exchange TE ≥ 1.10 (mcore extensions/transformer_engine.py:1869-1876)."""
+    from lcmoe.diagnose.preflight import _te_cp_check
+
+    hierarchical, flat = _llama_cp16(), _dsv3_cp16("a2a", None)
+    assert _te_cp_check("1.11.0", hierarchical).status == "fail"
+    assert _te_cp_check("1.12.0", hierarchical).status == "pass"
+    assert _te_cp_check("1.9.0", flat).status == "fail" and _te_cp_check("2.4.0", flat).status == "pass"
+    assert _te_cp_check("1.9.0", _llama_cp16("p2p", None)).status == "pass"
