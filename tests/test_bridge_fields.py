@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(not bf.available(), reason="megatron-bridge/core
 
 def _feature_runs() -> list[RunConfig]:
     """One run per emitter branch: selective/full recompute, TE and full-iteration graphs, offload,
-    each dispatcher, a2a CP, explicit layout and plain VPP, BF16 and FP8, LoRA."""
+    each dispatcher, a2a and a2a+p2p CP, explicit layout and plain VPP, BF16 and FP8, LoRA."""
     base = make_run()
     return [
         base,
@@ -33,13 +33,20 @@ def _feature_runs() -> list[RunConfig]:
         ),
         with_options(base, cuda_graph_scope=frozenset({"full_iteration"}), dispatcher="deepep"),
         with_options(base, optimizer_offload_fraction=0.5, precision="fp8-blockwise"),
+        # a2a CP at TP 1: the 4 K/V groups split over CP 4 (at TP 4, one K/V head a rank: L-CP-A2A-HEADS).
         with_layout(
-            make_run("qwen3-235b-a22b", "gb200", tp=4, cp=4, ep=32, pp=4, vpp=12, gpus=128), cp_comm_type="a2a"
+            make_run("qwen3-235b-a22b", "gb200", tp=1, cp=4, ep=32, pp=4, vpp=12, gpus=128), cp_comm_type="a2a"
         ),
         make_run("llama3-70b", cp=4, ep=1, pp=8, vpp=5, gpus=256, dispatcher="alltoall"),
         make_run("qwen3-30b-a3b", tp=2, cp=1, ep=8, pp=1, vpp=1, gpus=16, peft="lora", lora_input_regather=True),
         # Packed documents: dataset.inter_document_masking (inherited from MCore's GPTDatasetConfig).
         make_run("qwen3-30b-a3b", tp=2, cp=2, ep=8, pp=1, vpp=1, gpus=16, doc_lengths=preset("sft-chat")),
+        # Hierarchical CP: model.hierarchical_context_parallel_sizes (a list of ints).
+        with_layout(
+            make_run("llama3-70b", cp=16, ep=1, pp=4, vpp=1, gpus=64),
+            cp_comm_type="a2a+p2p",
+            hierarchical_context_parallel_sizes=(8, 2),
+        ),
     ]
 
 

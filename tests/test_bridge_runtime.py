@@ -24,10 +24,14 @@ from lcmoe.config_io.bridge import (
     MIXED_PRECISION,
     keeps_bf16_grad_buffer,
     mixed_precision_fields,
+    parse_override_lines,
     recipe_for,
     recipe_has_comm_overlap,
+    run_from_overrides,
 )
 from lcmoe.emit.bridge import overrides_text, yaml_config
+from lcmoe.errors import LcmoeError
+from lcmoe.layout import auto_pipeline_layout
 from lcmoe.plan.search import PlanRequest, search
 from lcmoe.rules.legality import violations
 from lcmoe.run import RunConfig
@@ -125,6 +129,41 @@ def _dsa_runs() -> list[tuple[str, RunConfig]]:
     return [("dsa/glm-5.2/pp11", pretrain), ("dsa/glm-5.2/cp32", long_sft)]
 
 
+def _hierarchical_cp_runs() -> list[tuple[str, RunConfig]]:
+    """a2a+p2p CP as the planner writes it: Llama3-70B at TP 1, CP 16 = [8, 2] over two 8-GPU nodes
+    (PP 4, 64 GPUs), and DeepSeek-V3 at TP 4, CP 16 = [2, 8] (the a2a group fills one node)."""
+    llama = with_layout(
+        make_run("llama3-70b", seq_len=65536, tp=1, cp=16, ep=1, pp=4, vpp=1, gpus=64, recompute_granularity="full"),
+        cp_comm_type="a2a+p2p",
+        hierarchical_context_parallel_sizes=(8, 2),
+    )
+    dsv3 = with_layout(
+        make_run(tp=4, cp=16, ep=64, pp=4, vpp=4, gpus=256),
+        cp_comm_type="a2a+p2p",
+        hierarchical_context_parallel_sizes=(2, 8),
+        # The planner's balanced layout (the recipe's 4×4 one has "(…)*14", which the overrides
+        # text does not quote for Hydra).
+        pipeline_layout=auto_pipeline_layout(load_model("deepseek-v3"), 4, 4),
+    )
+    for run in (llama, dsv3):
+        assert violations(run) == []
+    return [("hcp/llama3-70b/cp16-8x2", llama), ("hcp/deepseek-v3/cp16-2x8", dsv3)]
+
+
+def _hierarchical_cp_bad() -> list[tuple[str, RunConfig, list[str]]]:
+    """a2a+p2p without its sizes (lcmoe: L-CP-HIER-SIZES), and with sizes whose product is not CP
+    (the emitted [8,2] edited to [8,4]; lcmoe's reader refuses it, see the test)."""
+    (_, good), _ = _hierarchical_cp_runs()
+    no_sizes = with_layout(good, hierarchical_context_parallel_sizes=None)
+    wrong = [
+        "model.hierarchical_context_parallel_sizes=[8,4]"
+        if line.startswith("model.hierarchical_context_parallel_sizes=")
+        else line
+        for line in overrides_text(good).split()
+    ]
+    return [("hcp-without-sizes", no_sizes, overrides_text(no_sizes).split()), ("hcp-product-not-cp", good, wrong)]
+
+
 def _plans() -> list[tuple[str, RunConfig]]:
     runs = []
     for model, gpu, gpus, seq in REQUESTS:
@@ -171,13 +210,21 @@ class Verdicts:
 def bridge(tmp_path_factory: pytest.TempPathFactory) -> Verdicts:
     """One Bridge process for every case: its import chain alone takes ~10 s."""
     tmp = tmp_path_factory.mktemp("bridge")
-    runs = dict([*_plans(), *[(f"feature{i}", r) for i, r in enumerate(_feature_runs())], *_lora_runs(), *_dsa_runs()])
+    runs = dict(
+        [
+            *_plans(),
+            *[(f"feature{i}", r) for i, r in enumerate(_feature_runs())],
+            *_lora_runs(),
+            *_dsa_runs(),
+            *_hierarchical_cp_runs(),
+        ]
+    )
     cases = []
     for name, run in runs.items():
         saved = {"dump_yaml": str(tmp / f"saved-{len(cases)}.yaml")}  # logger.save_config_filepath
         cases += [{**_case(name, run, tmp), **saved}, _case(name + "/yaml", run, tmp, as_yaml=True)]
     old_run, old_lines = _layout_with_overlap_and_no_vpp()
-    bad = [*_known_bad(), ("old-vpp-null", old_run, old_lines)]
+    bad = [*_known_bad(), *_hierarchical_cp_bad(), ("old-vpp-null", old_run, old_lines)]
     cases += [{**_case(name, run, tmp), "overrides": lines} for name, run, lines in bad]
     cases.append(_case("old-vpp-null/fixed", old_run, tmp))
     request = {
@@ -332,7 +379,7 @@ def test_check_reads_the_config_bridge_saves_back_to_the_plan(bridge: Verdicts) 
     Megatron-Core 0.19 field names: cuda_graph_modules, cuda_graph_impl=full_iteration) finds the
     planned layout and options, but for what a CPU stand-in changed."""
     from lcmoe.catalog import read_yaml_text
-    from lcmoe.config_io.bridge import flatten, run_from_overrides
+    from lcmoe.config_io.bridge import flatten
 
     for name, run in bridge.runs.items():
         stand_ins = " ".join(bridge.results[name]["cpu_stand_ins"])
@@ -373,3 +420,20 @@ def test_vpp_stays_explicit_next_to_a_layout(bridge: Verdicts) -> None:
     assert not old["ok"]
     assert "virtual_pipeline_model_parallel_size must be specified" in old["error"]
     assert fixed["ok"], fixed.get("error")
+
+
+def test_bridge_runs_the_hierarchical_cp_lcmoe_plans(bridge: Verdicts) -> None:
+    """Bridge's _validate_cp_comm_type (config.py:1526-1557) accepts the emitted a2a+p2p plans, and
+    refuses a2a+p2p without sizes and sizes whose product is not CP, as lcmoe does."""
+    for name, _ in _hierarchical_cp_runs():
+        for case in (name, name + "/yaml"):
+            assert bridge.results[case]["ok"], (case, bridge.results[case].get("error"))
+    missing, wrong = bridge.results["hcp-without-sizes"], bridge.results["hcp-product-not-cp"]
+    assert not missing["ok"] and "hierarchical_context_parallel_sizes must be set" in missing["error"]
+    assert not wrong["ok"] and "must equal context_parallel_size" in wrong["error"]
+    (_, no_sizes, _), (_, good, lines) = _hierarchical_cp_bad()
+    assert "L-CP-HIER-SIZES" in {v.rule for v in violations(no_sizes)}
+    with pytest.raises(LcmoeError, match="multiply to 32, not CP = 16"):
+        run_from_overrides(
+            parse_override_lines("\n".join(lines)), model=good.model, hardware=good.hardware, num_gpus=64
+        )

@@ -119,3 +119,16 @@ def test_native_fused_cross_entropy_keeps_one_fp32_buffer_per_head() -> None:
     _, _, predicted_and_sum, exp_logits = fused.calculate_predicted_logits(cast, target, logits_max, 0, 1024)
     softmax, _ = fused.calculate_cross_entropy_loss(exp_logits, predicted_and_sum)
     assert exp_logits.data_ptr() == cast.data_ptr() == softmax.data_ptr()
+
+
+def test_hierarchical_cp_sizes_reach_megatron_core() -> None:
+    """a2a+p2p's sizes are a ModelParallelConfig field (model_parallel_config.py:103) that the
+    emitted kwargs set; Megatron-Core builds the config with them."""
+    run = with_layout(
+        make_run("llama3-70b", seq_len=65536, tp=1, cp=16, ep=1, pp=4, vpp=1, gpus=64),
+        cp_comm_type="a2a+p2p",
+        hierarchical_context_parallel_sizes=(8, 2),
+    )
+    assert violations(run) == []
+    config = megatron_core.build(run)
+    assert (config.cp_comm_type, config.hierarchical_context_parallel_sizes) == ("a2a+p2p", [8, 2])

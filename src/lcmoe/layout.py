@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import re
 from dataclasses import dataclass, field
 from enum import Enum
@@ -72,6 +73,15 @@ class ParallelLayout:
     gbs: int = 1
     sequence_parallel: bool = True
     cp_comm_type: str = "p2p"
+    # Megatron's ``hierarchical_context_parallel_sizes`` (model_parallel_config.py:103-109): for
+    # ``a2a+p2p`` CP, (a2a group size, p2p group size), inner first. The a2a group is the CP
+    # ranks nearest one another (parallel_state.py:378-414 ``create_hierarchical_groups``: level
+    # 0 takes consecutive CP ranks, which sit TP ranks apart), so it spans tp·a GPUs; the p2p
+    # ring joins the a2a groups. None for every other exchange. Its product must equal cp and it
+    # has exactly two levels (Transformer Engine's a2a+p2p takes two CP groups, the a2a one
+    # first: context_parallel.py ``AttnFuncWithCPAndKVP2P.forward``, ``cp_group[0]`` /
+    # ``cp_group[1]``); a list is stored as a tuple.
+    hierarchical_context_parallel_sizes: tuple[int, ...] | None = None
     pipeline_layout: str | None = None
     decoder_first_pipeline_num_layers: int | None = None
     decoder_last_pipeline_num_layers: int | None = None
@@ -109,6 +119,63 @@ class ParallelLayout:
                 "must be p2p, a2a, a2a+p2p or all_gather",
                 "use p2p unless you have a reason",
             )
+        self._check_hierarchical_sizes()
+
+    def _check_hierarchical_sizes(self) -> None:
+        """``hierarchical_context_parallel_sizes``: two whole numbers ≥ 1 whose product is cp, set
+        only with ``a2a+p2p`` (Bridge config.py:1526-1557 ``_validate_cp_comm_type``;
+        parallel_state.py:1127-1128; Megatron-LM arguments.py:562-567). ``a2a+p2p`` without them
+        is a rule (L-CP-HIER-SIZES), so that ``check`` reports it with its fix."""
+        sizes = self.hierarchical_context_parallel_sizes
+        if sizes is None:
+            return
+        field_name = "hierarchical_context_parallel_sizes"
+        if isinstance(sizes, list):
+            sizes = tuple(sizes)
+            object.__setattr__(self, field_name, sizes)
+        if not isinstance(sizes, tuple) or any(
+            isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_GPUS for n in sizes
+        ):
+            raise LcmoeError(field_name, sizes, "must be whole numbers of 1 or more", "e.g. 8,2 (a2a size, p2p size)")
+        if self.cp_comm_type != "a2a+p2p":
+            raise LcmoeError(
+                field_name,
+                list(sizes),
+                f"apply only to cp_comm_type a2a+p2p, not {self.cp_comm_type}",
+                "drop them, or set cp_comm_type a2a+p2p",
+            )
+        if len(sizes) != 2:
+            raise LcmoeError(
+                field_name,
+                list(sizes),
+                f"has {len(sizes)} levels, but a2a+p2p takes two (a2a size, p2p size)",
+                "give two sizes, e.g. 8,2",
+            )
+        if math.prod(sizes) != self.cp:
+            raise LcmoeError(
+                field_name,
+                list(sizes),
+                f"multiply to {math.prod(sizes)}, not CP = {self.cp}",
+                "choose sizes whose product is the context-parallel size",
+            )
+
+    @property
+    def cp_a2a_size(self) -> int:
+        """CP ranks one all-to-all spans: cp for ``a2a``, the inner size for ``a2a+p2p``, else 1."""
+        if self.cp_comm_type == "a2a":
+            return self.cp
+        if self.cp_comm_type == "a2a+p2p" and self.hierarchical_context_parallel_sizes:
+            return self.hierarchical_context_parallel_sizes[0]
+        return 1
+
+    @property
+    def cp_ring_size(self) -> int:
+        """CP ranks the KV ring passes: cp for ``p2p``, the outer size for ``a2a+p2p``, else 1."""
+        if self.cp_comm_type == "p2p":
+            return self.cp
+        if self.cp_comm_type == "a2a+p2p" and self.hierarchical_context_parallel_sizes:
+            return self.hierarchical_context_parallel_sizes[1]
+        return 1
 
     @property
     def world_size(self) -> int:
@@ -140,9 +207,38 @@ class ParallelLayout:
             "gbs": self.gbs,
             "ga": self.num_microbatches,
             "cp_comm_type": self.cp_comm_type,
+            **self.hierarchical_cp_dict(),
             "sequence_parallel": self.sequence_parallel,
             "pipeline_layout": self.pipeline_layout,
         }
+
+    def hierarchical_cp_dict(self) -> dict[str, object]:
+        """``{"hierarchical_context_parallel_sizes": [a, p]}`` for ``a2a+p2p``, else empty (the key
+        is left out so that every other layout's JSON stays as it was)."""
+        sizes = self.hierarchical_context_parallel_sizes
+        return {"hierarchical_context_parallel_sizes": list(sizes)} if sizes else {}
+
+
+def read_hierarchical_sizes(value: object, *, field: str, cp_comm_type: str) -> tuple[int, ...] | None:
+    """``hierarchical_context_parallel_sizes`` as a config or the command line gives it: a list
+    (``[8, 2]``, Megatron-LM's ``8 2``) or text (``8,2``, ``[8,2]``), or None/null. Only ``a2a+p2p``
+    reads them (Transformer Engine gets the hierarchical groups for no other exchange:
+    mcore extensions/transformer_engine.py:1869-1883), so for any other type they are dropped;
+    ``ParallelLayout`` checks the sizes themselves."""
+    if value is None or value in ("", "None", "null", "none") or cp_comm_type != "a2a+p2p":
+        return None
+    items: list[object]
+    if isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        items = [part for part in re.split(r"[\s,\[\]]+", str(value)) if part]
+    sizes = []
+    for item in items:
+        text = str(item).strip()
+        if isinstance(item, bool) or not text.isdigit() or len(text) > 7:
+            raise LcmoeError(field, value, "must be whole numbers of 1 or more", "e.g. 8,2 (a2a size, p2p size)")
+        sizes.append(int(text))
+    return tuple(sizes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,6 +87,7 @@ def build_layout(
     pipeline_layout: str | None = None,
     sequence_parallel: bool | None = None,
     round_gbs: bool = False,
+    hierarchical_context_parallel_sizes: tuple[int, ...] | None = None,
 ) -> ParallelLayout:
     """A ParallelLayout from user-level knobs: DP derived from the GPU count, an explicit pipeline
     layout when layers do not split, SP on with TP > 1, and a default GBS (see
@@ -110,6 +111,7 @@ def build_layout(
         gbs=gbs,
         sequence_parallel=tp > 1 if sequence_parallel is None else sequence_parallel and tp > 1,
         cp_comm_type=cp_comm_type,
+        hierarchical_context_parallel_sizes=hierarchical_context_parallel_sizes,
         pipeline_layout=resolve_pipeline_layout(model, pp, vpp, pipeline_layout),
     )
 

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from lcmoe.cli import run_options as ro
 from lcmoe.cli.common import EXIT_FINDINGS, JSON, abort, print_json, stdout
-from lcmoe.plan.format import packing_text, peft_text
+from lcmoe.plan.format import cp_exchange_text, packing_text, peft_text
 
 # Allocated components sum to "peak allocated"; adding the reserved-only ones gives "peak reserved".
 ALLOCATED_COMPONENTS = (
@@ -79,6 +79,7 @@ def estimate(
         help="overlap the EP all-to-all with compute (overlap_moe_expert_parallel_comm)",
     ),
     cp_comm_type: str | None = ro.CP_COMM_TYPE,
+    hierarchical_cp_sizes: str | None = ro.HIERARCHICAL_CP_SIZES,
     pipeline_layout: str = typer.Option(
         None,
         "--pipeline-layout",
@@ -175,6 +176,7 @@ def estimate(
             gpus_per_node=gpus_per_node,
             peft=ro.peft_options(peft, lora_rank, lora_targets, lora_input_regather),
             doc_lengths=doc_lengths,
+            hierarchical_cp_sizes=hierarchical_cp_sizes,
         )
         run = _with_knobs(run, ep_overlap=ep_overlap, main_grads_dtype=main_grads_dtype)
     _estimate_and_print(
@@ -344,7 +346,7 @@ def settings_line(inputs: dict[str, Any], layout: dict[str, Any]) -> str:
         f"EP overlap {'on' if inputs.get('overlap_moe_expert_parallel_comm') else 'off'}",
         f"CUDA graphs {graphs}",
         f"optimizer {optimizer_text(inputs)}",
-        f"CP exchange {layout['cp_comm_type']}",
+        f"CP exchange {cp_exchange_text(layout) if layout['cp'] > 1 else layout['cp_comm_type']}",
         f"sequence parallel {'on' if layout['sequence_parallel'] else 'off'}",
     ]
     if layout.get("pipeline_layout"):

@@ -33,6 +33,9 @@ class Layout(_Open):
     gbs: int
     ga: int
     cp_comm_type: str
+    hierarchical_context_parallel_sizes: list[int] | None = Field(
+        None, description="a2a+p2p only: [a2a group size, p2p group size], product = cp; absent otherwise"
+    )
     sequence_parallel: bool
     pipeline_layout: str | None = Field(description="Megatron layout string; null: the even split")
 

@@ -18,6 +18,7 @@ from lcmoe.workload import CUDA_GRAPH_SCOPES, DISPATCHERS, LORA_TARGETS, PRECISI
 if TYPE_CHECKING:
     from lcmoe.estimate.time import TimeCoefficients
     from lcmoe.specs.hardware import HardwareSpec
+    from lcmoe.specs.model import ModelSpec
 
 
 def check_gpus(value: int | None) -> int | None:
@@ -150,6 +151,13 @@ CP_COMM_TYPE = typer.Option(
     "--cp-comm-type",
     help=f"{choices_text(CP_COMM_TYPES)} (default p2p; all_gather for DSA models)",
     autocompletion=complete_one(CP_COMM_TYPES),
+)
+HIERARCHICAL_CP_SIZES = typer.Option(
+    None,
+    "--hierarchical-cp-sizes",
+    "--hierarchical-context-parallel-sizes",
+    help="A2A,P2P: a2a+p2p CP's group sizes, a2a first, product = CP (default with --cp-comm-type a2a+p2p: "
+    "the largest a2a group inside one NVLink domain that divides the heads per TP rank)",
 )
 PRECISION_LIST = typer.Option(
     None,
@@ -299,6 +307,7 @@ class RunKnobs:
     gpus_per_node: int | None
     peft: dict[str, Any] | None = None  # TrainingOptions' peft / lora_* fields (peft_options)
     doc_lengths: str | None = None  # --doc-lengths as typed (None: fixed length)
+    hierarchical_cp_sizes: str | None = None  # --hierarchical-cp-sizes as typed (None: the default split)
 
 
 def build_run(**knobs: Any) -> RunConfig:
@@ -328,6 +337,7 @@ def run_from_knobs(knobs: RunKnobs) -> RunConfig:
     check_recompute_text(knobs.recompute)
     granularity, modules, method, num_layers = parse_recompute(knobs.recompute)
     scopes = frozenset(s.strip() for s in knobs.cuda_graph.split(",") if s.strip() and s.strip() != "none")
+    cp_comm_type = knobs.cp_comm_type or ("all_gather" if spec.is_dsa else "p2p")
     layout = build_layout(
         spec,
         knobs.gpus,
@@ -340,7 +350,8 @@ def run_from_knobs(knobs: RunKnobs) -> RunConfig:
         mbs=knobs.mbs,
         gbs=knobs.gbs,
         # DSA attention runs only all-gather CP (L-DSA-CP); every other model defaults to the ring.
-        cp_comm_type=knobs.cp_comm_type or ("all_gather" if spec.is_dsa else "p2p"),
+        cp_comm_type=cp_comm_type,
+        hierarchical_context_parallel_sizes=_hierarchical_sizes(knobs, spec, hardware, cp_comm_type),
         pipeline_layout=knobs.pipeline_layout,
         sequence_parallel=knobs.sequence_parallel,
     )
@@ -364,3 +375,36 @@ def run_from_knobs(knobs: RunKnobs) -> RunConfig:
         **(knobs.peft or {}),
     )
     return RunConfig(spec, hardware, layout, options)
+
+
+def _hierarchical_sizes(
+    knobs: RunKnobs, spec: ModelSpec, hardware: HardwareSpec, cp_comm_type: str
+) -> tuple[int, ...] | None:
+    """``--hierarchical-cp-sizes`` (only with ``--cp-comm-type a2a+p2p``), or with a2a+p2p and no
+    sizes the planner's split (``sensible_hierarchical_sizes``; an error where there is none)."""
+    from lcmoe.layout import read_hierarchical_sizes
+    from lcmoe.rules.context_parallel import sensible_hierarchical_sizes
+
+    if knobs.hierarchical_cp_sizes and cp_comm_type != "a2a+p2p":
+        raise LcmoeError(
+            "--hierarchical-cp-sizes",
+            knobs.hierarchical_cp_sizes,
+            f"apply only to --cp-comm-type a2a+p2p, not {cp_comm_type}",
+            "add --cp-comm-type a2a+p2p, or drop the sizes",
+        )
+    sizes = read_hierarchical_sizes(
+        knobs.hierarchical_cp_sizes, field="--hierarchical-cp-sizes", cp_comm_type=cp_comm_type
+    )
+    if sizes is None and cp_comm_type == "a2a+p2p" and knobs.cp > 1:
+        sizes = sensible_hierarchical_sizes(
+            spec, knobs.tp, knobs.cp, hardware.nvlink_domain_size, only_beyond_domain=False
+        )
+        if sizes is None:
+            raise LcmoeError(
+                "--cp-comm-type",
+                cp_comm_type,
+                f"has no a2a group to default to at TP {knobs.tp}, CP {knobs.cp}: none of 2 or more CP ranks fits "
+                f"one {hardware.nvlink_domain_size}-GPU NVLink domain and divides the heads per TP rank",
+                "give --hierarchical-cp-sizes A2A,P2P, or use p2p",
+            )
+    return sizes

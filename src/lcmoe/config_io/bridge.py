@@ -19,7 +19,7 @@ from typing import Any, Literal
 import yaml
 
 from lcmoe.errors import LcmoeError
-from lcmoe.layout import ParallelLayout
+from lcmoe.layout import ParallelLayout, read_hierarchical_sizes
 from lcmoe.run import RunConfig, derive_dp
 from lcmoe.specs.doc_lengths import DocLengths, unknown_lengths
 from lcmoe.specs.hardware import HardwareSpec
@@ -248,6 +248,8 @@ def overrides_from_run(run: RunConfig) -> dict[str, Any]:
     }
     if lay.cp > 1:
         out["model.cp_comm_type"] = lay.cp_comm_type
+        if lay.hierarchical_context_parallel_sizes:  # a2a+p2p only (config.py:1543-1557)
+            out["model.hierarchical_context_parallel_sizes"] = list(lay.hierarchical_context_parallel_sizes)
     if lay.pipeline_layout:
         # VPP stays explicit next to the layout (MCore checks it equals the layout's stage count /
         # PP, transformer_config.py:1973): Bridge's EP-overlap setup asserts VPP is set when
@@ -409,6 +411,7 @@ def run_from_overrides(
         vpp = max(len(parse_pipeline_layout(_layout_text(layout_text) or "")) // max(pp, 1), 1)
     dp = derive_dp(num_gpus, tp=tp, cp=cp, pp=pp)
     ep = _int(values, "model.expert_model_parallel_size", 1)
+    cp_comm_type = _cp_comm_type(values, cp)
     layout = ParallelLayout(
         tp=tp,
         pp=pp,
@@ -420,7 +423,12 @@ def run_from_overrides(
         mbs=_int(values, "train.micro_batch_size", 1),
         gbs=_int(values, "train.global_batch_size", dp),
         sequence_parallel=_flag(values, "model.sequence_parallel", tp > 1) and tp > 1,
-        cp_comm_type=_cp_comm_type(values, cp),
+        cp_comm_type=cp_comm_type,
+        hierarchical_context_parallel_sizes=read_hierarchical_sizes(
+            _get(values, "model.hierarchical_context_parallel_sizes"),
+            field="model.hierarchical_context_parallel_sizes",
+            cp_comm_type=cp_comm_type,
+        ),
         pipeline_layout=_layout_text(layout_text),
     )
     precision, fields = _read_mixed_precision(values)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from lcmoe.errors import LcmoeError
-from lcmoe.layout import ParallelLayout
+from lcmoe.layout import ParallelLayout, read_hierarchical_sizes
 from lcmoe.specs.doc_lengths import DocLengths
 from lcmoe.specs.model import ModelSpec, model_from_dict, split_hybrid_pattern
 from lcmoe.units import real_number, whole_number
@@ -228,6 +228,7 @@ def layout_from_args(args: dict[str, Any], *, world_size: int, num_layers: int) 
         from lcmoe.layout import parse_pipeline_layout
 
         vpp = max(len(parse_pipeline_layout(layout_str)) // pp, 1)
+    cp_comm_type = str(args.get("cp-comm-type", "p2p"))
     return ParallelLayout(
         tp=tp,
         cp=cp,
@@ -239,7 +240,12 @@ def layout_from_args(args: dict[str, Any], *, world_size: int, num_layers: int) 
         mbs=_int(args, "micro-batch-size", 1) or 1,
         gbs=_int(args, "global-batch-size", 1) or 1,
         sequence_parallel=_switch(args, "sequence-parallel"),
-        cp_comm_type=str(args.get("cp-comm-type", "p2p")),
+        cp_comm_type=cp_comm_type,
+        hierarchical_context_parallel_sizes=read_hierarchical_sizes(
+            args.get("hierarchical-context-parallel-sizes"),
+            field="--hierarchical-context-parallel-sizes",
+            cp_comm_type=cp_comm_type,
+        ),
         pipeline_layout=layout_str if isinstance(layout_str, str) else None,  # bounded in layout.py
         decoder_first_pipeline_num_layers=_int(args, "decoder-first-pipeline-num-layers"),
         decoder_last_pipeline_num_layers=_int(args, "decoder-last-pipeline-num-layers"),

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lcmoe.errors import LcmoeError
-from lcmoe.layout import ParallelLayout
+from lcmoe.layout import ParallelLayout, read_hierarchical_sizes
 from lcmoe.run import RunConfig
 from lcmoe.safe_io import load_json, read_text_capped
 from lcmoe.specs.doc_lengths import DocLengths, doc_lengths_from_shares
@@ -116,6 +116,11 @@ def run_from_plan(doc: dict[str, Any], *, index: int = 0, hardware: HardwareSpec
             gbs=_whole(lay, "gbs"),
             sequence_parallel=_flag(lay, "sequence_parallel"),
             cp_comm_type=_text(lay, "cp_comm_type"),
+            hierarchical_context_parallel_sizes=read_hierarchical_sizes(
+                lay.get("hierarchical_context_parallel_sizes"),
+                field="plan hierarchical_context_parallel_sizes",
+                cp_comm_type=_text(lay, "cp_comm_type"),
+            ),
             pipeline_layout=layout_text,
         )
         method = rec.get("method") or "uniform"

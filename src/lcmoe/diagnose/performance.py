@@ -68,7 +68,7 @@ def _knob_remedies(run: RunConfig, term: str) -> list[remedies.Remedy]:
             out.append(remedies.Remedy("overlap", "overlap_moe_expert_parallel_comm", "LC-DISPATCHER", overlapped))
     elif term == "cp_comm":
         if lay.cp_comm_type != "a2a":
-            a2a = replace(run, layout=replace(lay, cp_comm_type="a2a"))
+            a2a = replace(run, layout=replace(lay, cp_comm_type="a2a", hierarchical_context_parallel_sizes=None))
             out.append(remedies.Remedy("layout", "cp_comm_type a2a", "LC-CP-COMM", a2a))
         out.append(remedies.relayout(run, "tp"))
     elif term == "tp_comm":

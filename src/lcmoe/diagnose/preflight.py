@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from lcmoe.emit.environment import environment
+from lcmoe.rules.context_parallel import MIN_TE_CP_COMM_TYPE, MIN_TE_HIERARCHICAL_CP
 from lcmoe.rules.legality import version_tuple, violations
 from lcmoe.run import RunConfig
 
@@ -128,11 +129,28 @@ def _nccl_check(facts: NodeFacts) -> Check:
     )
 
 
+def _te_cp_check(te: str, run: RunConfig | None) -> Check:
+    """Transformer Engine is there; a plan's CP exchange needs TE ≥ 1.10 to reach TE at all (older
+    TE runs every CP layer as the p2p ring) and a2a+p2p TE ≥ 1.12 (mcore
+    extensions/transformer_engine.py:1869-1876)."""
+    lay = run.layout if run is not None else None
+    if lay is not None and lay.cp > 1 and lay.cp_comm_type != "p2p":
+        need = MIN_TE_HIERARCHICAL_CP if lay.cp_comm_type == "a2a+p2p" else MIN_TE_CP_COMM_TYPE
+        if version_tuple(te) < version_tuple(need):
+            return Check(
+                "transformer-engine",
+                "fail",
+                f"Transformer Engine {te} is older than {need}, which cp_comm_type {lay.cp_comm_type} needs",
+                f"pip install 'transformer_engine[pytorch]>={need}' (or use the NeMo container)",
+            )
+    return Check("transformer-engine", "pass", f"Transformer Engine {te}")
+
+
 def _transformer_engine_check(facts: NodeFacts, run: RunConfig | None) -> Check:
     """Transformer Engine: needed for FP8 plans, expected everywhere else."""
     te = facts.packages.get("transformer-engine")
     if te:
-        return Check("transformer-engine", "pass", f"Transformer Engine {te}")
+        return _te_cp_check(te, run)
     needs_te = run is not None and run.options.is_fp8
     return Check(
         "transformer-engine",

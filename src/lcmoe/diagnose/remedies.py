@@ -145,6 +145,12 @@ def relayout(run: RunConfig, axis: str, factor: float = 2) -> Remedy:
     sizes[axis] = int(new)
     if axis == "ep" and (not run.model.is_moe or sizes["ep"] > (run.model.num_moe_experts or 1)):
         return Remedy("layout", label, rules[axis], None)
+    # a2a+p2p keeps its a2a group when CP changes, while the p2p ring still has ranks; else p2p.
+    hierarchical = lay.hierarchical_context_parallel_sizes
+    if hierarchical and sizes["cp"] != lay.cp:
+        inner = hierarchical[0]
+        hierarchical = (inner, sizes["cp"] // inner) if sizes["cp"] % inner == 0 and sizes["cp"] > inner else None
+    cp_comm_type = "p2p" if lay.cp_comm_type == "a2a+p2p" and not hierarchical else lay.cp_comm_type
     try:
         layout = build_layout(
             run.model,
@@ -157,7 +163,8 @@ def relayout(run: RunConfig, axis: str, factor: float = 2) -> Remedy:
             vpp=lay.vpp if axis != "pp" else 1,
             mbs=lay.mbs,
             gbs=lay.gbs,
-            cp_comm_type=lay.cp_comm_type,
+            cp_comm_type=cp_comm_type,
+            hierarchical_context_parallel_sizes=hierarchical,
             pipeline_layout=lay.pipeline_layout if axis != "pp" else None,
             round_gbs=True,
         )

@@ -34,6 +34,8 @@ def transformer_config_kwargs(run: RunConfig) -> tuple[str, dict[str, Any]]:
         "sequence_parallel": lay.sequence_parallel and lay.tp > 1,
         "cp_comm_type": lay.cp_comm_type,
     }
+    if lay.hierarchical_context_parallel_sizes:  # a2a+p2p (model_parallel_config.py:103)
+        kwargs["hierarchical_context_parallel_sizes"] = list(lay.hierarchical_context_parallel_sizes)
     if lay.pipeline_layout:
         kwargs["pipeline_model_parallel_layout"] = lay.pipeline_layout
     elif lay.vpp > 1:

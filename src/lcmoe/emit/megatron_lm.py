@@ -41,6 +41,8 @@ def megatron_lm_args(run: RunConfig) -> list[str]:
         args.append("--sequence-parallel")
     if lay.cp > 1:
         args.append(f"--cp-comm-type={lay.cp_comm_type}")
+        if lay.hierarchical_context_parallel_sizes:  # nargs='+' (arguments.py:562-567)
+            args += ["--hierarchical-context-parallel-sizes", *map(str, lay.hierarchical_context_parallel_sizes)]
     if lay.pipeline_layout:
         args.append(f"--pipeline-model-parallel-layout={lay.pipeline_layout}")
     elif lay.vpp > 1:

@@ -36,6 +36,7 @@ from lcmoe.layout import ParallelLayout
 from lcmoe.plan.candidates import OFFLOAD_FRACTIONS, dispatchers_for, recompute_ladder
 from lcmoe.plan.judge import Judge
 from lcmoe.plan.plans import Plan, PlanRequest
+from lcmoe.rules.context_parallel import sensible_hierarchical_sizes
 from lcmoe.run import RunConfig
 from lcmoe.workload import TrainingOptions, unchecked_replace
 
@@ -171,7 +172,9 @@ def static_lower_bound_fits(
 
 def variants(request: PlanRequest, run: RunConfig, memo: SearchMemo | None = None) -> Iterator[RunConfig]:
     """Dispatcher × CUDA graphs × EP overlap × CP exchange (p2p ring, or a2a when the heads per
-    TP rank divide by CP — LC-CP-COMM) around a fitting option set (``memo``: the search's)."""
+    TP rank divide by CP, or a2a+p2p where the CP group spans beyond the NVLink domain with its
+    a2a group inside it — LC-CP-COMM, ``rules.context_parallel.sensible_hierarchical_sizes``)
+    around a fitting option set (``memo``: the search's)."""
     copy = copier(memo)
     graph_choices: list[frozenset[str]] = [frozenset()]
     if request.allow_cuda_graphs and run.options.recompute_granularity != "full":
@@ -184,10 +187,19 @@ def variants(request: PlanRequest, run: RunConfig, memo: SearchMemo | None = Non
         cp_types = ["all_gather"]  # the only CP DSA attention runs (L-DSA-CP)
     elif run.layout.cp > 1 and (run.model.num_attention_heads // run.layout.tp) % run.layout.cp == 0:
         cp_types.append("a2a")
+    hierarchical = None if run.model.is_dsa else hierarchical_sizes(run)
+    if hierarchical:
+        cp_types.append("a2a+p2p")
     overlaps = (False, True) if run.model.is_moe and run.layout.ep > 1 else (False,)
     for cp_comm_type in cp_types:
         layout = (
-            run.layout if cp_comm_type == run.layout.cp_comm_type else replace(run.layout, cp_comm_type=cp_comm_type)
+            run.layout
+            if cp_comm_type == run.layout.cp_comm_type
+            else replace(
+                run.layout,
+                cp_comm_type=cp_comm_type,
+                hierarchical_context_parallel_sizes=hierarchical if cp_comm_type == "a2a+p2p" else None,
+            )
         )
         for dispatcher in dispatchers_for(request):
             for graphs in graph_choices:
@@ -201,10 +213,23 @@ def variants(request: PlanRequest, run: RunConfig, memo: SearchMemo | None = Non
                     yield RunConfig(run.model, run.hardware, layout, options)
 
 
+def hierarchical_sizes(run: RunConfig) -> tuple[int, int] | None:
+    """The a2a+p2p split the search tries for ``run``'s layout (None: none worth trying)."""
+    lay = run.layout
+    return sensible_hierarchical_sizes(run.model, lay.tp, lay.cp, run.hardware.nvlink_domain_size)
+
+
 def time_coefficients_of(request: PlanRequest, run: RunConfig) -> TimeCoefficients:
     """The request's time coefficients (resolved once by ``search``), else the shipped ones, as
     ``estimate_time`` picks them."""
     return request.time_coefficients or shipped_time_coefficients(run.hardware.architecture)
+
+
+def amounts_key(run: RunConfig) -> tuple[str, tuple[int, int] | None, float]:
+    """What the time amounts of ``run``'s variants depend on besides the fitted run: the CP
+    exchange (with an a2a+p2p split) and the dispatch width; ``relaunched_amounts`` re-prices the rest."""
+    lay = run.layout
+    return (lay.cp_comm_type, lay.hierarchical_context_parallel_sizes, dispatch_bytes(run.options))
 
 
 def priced_variants(
@@ -217,10 +242,10 @@ def priced_variants(
     (``relaunched_amounts`` → ``combine``), a sixth of the amount computations of timing each
     variant from scratch. The amounts ``time_of`` kept for ``fitted`` in ``memo`` seed them."""
     coefficients = time_coefficients_of(request, fitted.run)
-    amounts: dict[tuple[str, float], RunAmounts] = {}
+    amounts: dict[tuple[str, tuple[int, int] | None, float], RunAmounts] = {}
     kept = memo.amounts.pop((fitted.run.layout, fitted.run.options), None) if memo is not None else None
     if kept is not None:
-        amounts[(fitted.run.layout.cp_comm_type, dispatch_bytes(fitted.run.options))] = kept
+        amounts[amounts_key(fitted.run)] = kept
     priced: list[tuple[RunConfig, TimeEstimate, bool]] = []
     for variant in variants(request, fitted.run, memo):
         if not judge.legal(variant):
@@ -228,7 +253,7 @@ def priced_variants(
         if variant.options == fitted.run.options and variant.layout == fitted.run.layout:
             priced.append((variant, fitted.time, True))
             continue
-        key = (variant.layout.cp_comm_type, dispatch_bytes(variant.options))
+        key = amounts_key(variant)
         known = amounts.get(key)
         if known is None:
             known = amounts[key] = time_amounts(variant, staged)

@@ -125,6 +125,15 @@ def recompute_spec(plan: dict[str, Any]) -> str:
     return "none"
 
 
+def cp_exchange_text(lay: dict[str, Any]) -> str:
+    """The CP exchange as plan cards show it: ``p2p``, ``a2a+p2p [8,2]`` (a2a size, p2p size), or
+    ``-`` without CP."""
+    if lay["cp"] <= 1:
+        return "-"
+    sizes = lay.get("hierarchical_context_parallel_sizes")
+    return f"{lay['cp_comm_type']} [{','.join(map(str, sizes))}]" if sizes else str(lay["cp_comm_type"])
+
+
 def setting_rows(plan: dict[str, Any]) -> list[tuple[str, str]]:
     """(SETTING_COLUMNS label, value) for the settings PLAN_COLUMNS leaves out."""
     lay = plan["layout"]
@@ -132,7 +141,7 @@ def setting_rows(plan: dict[str, Any]) -> list[tuple[str, str]]:
     values = (
         optimizer_text(plan),
         "on" if plan.get("overlap_moe_expert_parallel_comm") else "off",
-        str(lay["cp_comm_type"]) if lay["cp"] > 1 else "-",
+        cp_exchange_text(lay),
         "on" if lay.get("sequence_parallel") else "off",
         str(pipeline),
     )

@@ -111,6 +111,7 @@ class Plan:
                 "gbs": lay.gbs,
                 "ga": lay.num_microbatches,
                 "cp_comm_type": lay.cp_comm_type,
+                **lay.hierarchical_cp_dict(),
                 "sequence_parallel": lay.sequence_parallel,
                 "pipeline_layout": lay.pipeline_layout,
             },

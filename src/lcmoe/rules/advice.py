@@ -112,6 +112,14 @@ def _cp_comm(r: RunConfig) -> str | None:
     if r.layout.cp > 1:
         span = r.layout.tp * r.layout.cp
         where = "inside one NVLink domain" if span <= r.hardware.nvlink_domain_size else "across nodes"
+        sizes = r.layout.hierarchical_context_parallel_sizes
+        if r.layout.cp_comm_type == "a2a+p2p" and sizes:
+            inner = r.layout.tp * sizes[0]
+            a2a_where = "inside one NVLink domain" if inner <= r.hardware.nvlink_domain_size else "across nodes"
+            return (
+                f"CP {r.layout.cp} uses a2a+p2p with a2a over {sizes[0]} CP ranks ({inner} GPUs {a2a_where}) "
+                f"and a p2p ring over {sizes[1]}, spanning {span} GPUs {where}"
+            )
         return f"CP {r.layout.cp} uses {r.layout.cp_comm_type} and spans {span} GPUs {where}"
     return None
 

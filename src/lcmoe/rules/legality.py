@@ -8,31 +8,12 @@ A rule's ``check`` returns None when the run is legal, else the sentence saying 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from lcmoe.layout import check_pipeline_layout, layers_split_evenly, pipeline_stages
+from lcmoe.rules.context_parallel import CP_A2A_HEADS, CP_HIER_SIZES, CP_HIER_THD, SEQ_CP, SEQ_SP
+from lcmoe.rules.records import LegalityRule as LegalityRule
+from lcmoe.rules.records import Violation as Violation
 from lcmoe.run import RunConfig
-
-
-@dataclass(frozen=True, slots=True)
-class Violation:
-    rule: str
-    message: str
-    fix: str
-    source: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"rule": self.rule, "message": self.message, "fix": self.fix, "source": self.source}
-
-
-@dataclass(frozen=True, slots=True)
-class LegalityRule:
-    id: str
-    source: str
-    fix: str
-    check: Callable[[RunConfig], str | None]
-    min_megatron_core: str | None = None  # rule applies to releases below this version only
 
 
 def _world(r: RunConfig) -> str | None:
@@ -96,27 +77,6 @@ def _layers(r: RunConfig) -> str | None:
         return None
     if (lay.pp > 1 or lay.vpp > 1) and not layers_split_evenly(r.model, lay.pp, lay.vpp):
         return f"{r.model.num_layers} layers do not split over PP·VPP = {lay.pp * lay.vpp}"
-    return None
-
-
-def _seq_cp(r: RunConfig) -> str | None:
-    s, cp = r.options.seq_len, r.layout.cp
-    if cp > 1 and s % (2 * cp):
-        return f"sequence {s} is not divisible by 2·CP = {2 * cp}"
-    return None
-
-
-def _seq_sp(r: RunConfig) -> str | None:
-    lay = r.layout
-    if lay.sequence_parallel and lay.tp > 1 and (r.options.seq_len // lay.cp) % lay.tp:
-        return f"the per-CP-rank sequence {r.options.seq_len // lay.cp} is not divisible by TP = {lay.tp}"
-    return None
-
-
-def _cp_a2a(r: RunConfig) -> str | None:
-    lay = r.layout
-    if lay.cp > 1 and lay.cp_comm_type == "a2a" and (r.model.num_attention_heads // lay.tp) % lay.cp:
-        return f"a2a CP needs the {r.model.num_attention_heads // lay.tp} heads per TP rank divisible by CP = {lay.cp}"
     return None
 
 
@@ -319,11 +279,10 @@ RULES: tuple[LegalityRule, ...] = (
         "pass an explicit pipeline_model_parallel_layout (lcmoe writes one)",
         _layers,
     ),
-    LegalityRule("L-SEQ-CP", "bridge config.py:1574-1577", "use a sequence length divisible by 2·CP", _seq_cp),
-    LegalityRule("L-SEQ-SP", "mcore tensor_parallel/mappings.py:71-74", "use TP dividing seq/CP, or drop SP", _seq_sp),
-    LegalityRule(
-        "L-CP-A2A-HEADS", "TE attention (performance-guide.md:410)", "use p2p or a2a+p2p, or smaller CP", _cp_a2a
-    ),
+    SEQ_CP,
+    SEQ_SP,
+    CP_A2A_HEADS,
+    CP_HIER_SIZES,
     LegalityRule("L-GDN-TPCP", "mcore transformer_config.py:1400-1414", "use TP·CP dividing the linear heads", _gdn_cp),
     LegalityRule(
         "L-MAMBA-TPCP",
@@ -427,6 +386,7 @@ RULES: tuple[LegalityRule, ...] = (
         "use the auto, flash or fused attention backend",
         _pack_backend,
     ),
+    CP_HIER_THD,
 )
 
 RULE_IDS = frozenset(rule.id for rule in RULES)
@@ -436,8 +396,8 @@ RULE_IDS = frozenset(rule.id for rule in RULES)
 LAYOUT_RULE_IDS = frozenset(
     {
         "L-WORLD-EP-FOLD", "L-EXPERTS-EP", "L-HEADS-TP", "L-MOE-BIAS-ETP", "L-GBS", "L-VPP-MICROBATCHES",
-        "L-PP-LAYERS", "L-CP-A2A-HEADS", "L-GDN-TPCP", "L-MAMBA-TPCP", "L-DSA-CP", "L-DSA-INDEX-SHARING",
-        "L-DSA-VERSION", "L-HYBRID-PIPELINE", "L-GDN-CP-VERSION",
+        "L-PP-LAYERS", "L-CP-A2A-HEADS", "L-CP-HIER-SIZES", "L-GDN-TPCP", "L-MAMBA-TPCP", "L-DSA-CP",
+        "L-DSA-INDEX-SHARING", "L-DSA-VERSION", "L-HYBRID-PIPELINE", "L-GDN-CP-VERSION",
     }
 )  # fmt: skip
 

@@ -166,8 +166,10 @@ def cp_p2p_attention_forward_bytes(model: ModelSpec, layer: int, shape: TokenSha
     (K/V ring buffers, per-step outputs and LSEs, the FP32 corrected output). The backward keeps
     two ping-pong K/V(+dK/dV) buffers only, so this is a forward moment. ``a2a`` CP trades
     heads for sequence (T·cp tokens of n/cp heads) and DSA all-gathers latent keys instead
-    (``dsa_sparse_backward_bytes``), so neither has it; ``a2a+p2p`` is not modelled (lcmoe does
-    not know the a2a group size). Not applied to the estimate (``stage_mixer_transients``):
+    (``dsa_sparse_backward_bytes``), so neither has it. ``a2a+p2p`` [a, p] runs the same loop over
+    its p outer ranks on a·T rows of n/a heads (after its all-to-all, which keeps the element
+    count), so S = T·p in the formula; it is left at 0 here with the rest of this term. Not
+    applied to the estimate (``stage_mixer_transients``):
     the DeepSeek-V3 long-context layouts NVIDIA ran at CP 16-64 would then be predicted out of
     memory by 5-15%, so either this or another term of those estimates is off, and no measured
     long-context peak tells which."""

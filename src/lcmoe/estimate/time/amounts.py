@@ -129,6 +129,10 @@ class RunAmounts:
     attention_window: float = 0.0
     # Bytes per dispatched element the layers' ep_bytes were counted at (dispatch_bytes).
     dispatch_bytes: float = float(BF16)
+    # ``a2a+p2p``: the p2p ring's outer ranks (hierarchical_context_parallel_sizes[1]) and the
+    # GPUs its all-to-all group spans (tp·a); 0 for every other CP exchange (attention_cp_bytes).
+    cp_outer_ring: int = 0
+    cp_a2a_span: int = 0
 
     @property
     def gemm_peak(self) -> float:
@@ -237,8 +241,18 @@ def mixer_cp_a2a_bytes(run: RunConfig, kind: AttentionKind) -> float:
 
 def attention_cp_bytes(run: RunConfig, layer: int) -> tuple[float, float]:
     """(KV bytes per ring step, all-to-all bytes) of a softmax-attention layer under CP, one GPU,
-    one microbatch: ring tokens · 2 B · KV width (/ tp unless DSA); a2a 2·2·(cp − 1)/cp · tokens ·
-    2 B · (2·q width + KV width) / tp (q, k, v in and the output back, forward and backward)."""
+    one microbatch: ring tokens · 2 B · KV width (/ tp unless DSA); a2a 2·2·(n − 1)/n · tokens ·
+    2 B · (2·q width + KV width) / tp (q, k, v in and the output back, forward and backward), n
+    the all-to-all group: cp for ``a2a``, the inner size a for ``a2a+p2p``.
+
+    ``a2a+p2p`` (Transformer Engine ``AttnFuncWithCPAndKVP2P`` with two CP groups): the forward
+    all-to-alls q, k, v over the a ranks of the inner group (``flash_attn_a2a_communicate`` before
+    attention: sequence ↔ heads, so a rank then holds a·tokens rows of heads/(tp·a)), runs the
+    p2p ring over the p = cp/a outer ranks, and all-to-alls the output back; the backward
+    all-to-alls out and dout, runs the dK/dV ring and all-to-alls dq, dk, dv back. The all-to-all
+    bytes are the flat a2a count at group size a (so [cp, 1] costs what ``a2a`` does); a ring
+    step moves a·tokens · 2 B · KV width / (tp·a) = the same bytes per step as the flat ring, over
+    p − 1 steps instead of cp − 1."""
     model, layout = run.model, run.layout
     kind = attention_kind(model, layer)
     if layout.cp <= 1 or not kind.is_softmax_attention:
@@ -258,7 +272,8 @@ def attention_cp_bytes(run: RunConfig, layer: int) -> tuple[float, float]:
         width = 2 * model.query_groups * model.head_dim
         q_width = model.num_attention_heads * model.head_dim
     cp_kv = shape.tokens * BF16 * width / (1 if model.is_dsa else layout.tp)
-    cp_a2a = 2 * 2 * (layout.cp - 1) / layout.cp * shape.tokens * BF16 * (2 * q_width + width) / layout.tp
+    group = layout.cp_a2a_size if layout.cp_comm_type == "a2a+p2p" else layout.cp
+    cp_a2a = 2 * 2 * (group - 1) / group * shape.tokens * BF16 * (2 * q_width + width) / layout.tp
     return cp_kv, cp_a2a
 
 
@@ -455,6 +470,8 @@ def time_amounts(run: RunConfig, staged: StagedLayout | None = None) -> RunAmoun
         gemm_passes=gemm_passes(options),
         architecture=hardware.architecture,
         dispatch_bytes=dispatch_bytes(options),
+        cp_outer_ring=layout.cp_ring_size if layout.cp_comm_type == "a2a+p2p" else 0,
+        cp_a2a_span=layout.tp * layout.cp_a2a_size if layout.cp_comm_type == "a2a+p2p" else 0,
     )
 
 

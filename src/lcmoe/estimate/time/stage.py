@@ -84,6 +84,9 @@ class StageRates:
     ep_nvlink_bytes_per_second: float  # NVLink · EP link efficiency of the dispatcher
     ep_network_bytes_per_second: float  # NIC · EP network efficiency of the dispatcher
     pp_bytes_per_second: float  # stages sit in different NVLink domains: the NIC
+    # The CP all-to-all's link: the CP group's (cp_bytes_per_second) for a2a; for a2a+p2p its
+    # inner group's, tp·a GPUs (NVLink when they sit in one domain).
+    cp_a2a_bytes_per_second: float = 0.0
 
 
 def stage_rates(a: RunAmounts, c: TimeCoefficients) -> StageRates:
@@ -112,6 +115,7 @@ def stage_rates(a: RunAmounts, c: TimeCoefficients) -> StageRates:
         ep_network_bytes_per_second=a.scaleout_bytes_per_second
         * dispatcher_link_efficiency(c.ep_network_efficiency, a.dispatcher),
         pp_bytes_per_second=scaleout_link_bandwidth(a, c),
+        cp_a2a_bytes_per_second=link_bandwidth(a, a.cp_a2a_span or a.cp_span, c),
     )
 
 
@@ -154,18 +158,30 @@ def attention_rate(g: LayerAmounts, r: StageRates) -> float:
     return r.window_attention_flops_per_second if g.windowed_attention else r.attention_flops_per_second
 
 
-def cp_ring_layer_seconds(a: RunAmounts, g: LayerAmounts, c: TimeCoefficients, cp_bw: float, attention: float) -> float:
-    """Exposed CP ring time of a layer: each of the 3·(cp − 1) ring steps (forward 1, backward 2)
-    exposes max(0, t_kv·(1 − cp_ring_hidden) − t_attention / cp / 3), t_kv = KV bytes per step / link."""
+def cp_ring_layer_seconds(
+    a: RunAmounts, g: LayerAmounts, c: TimeCoefficients, cp_bw: float, attention: float, *, ring: int = 0
+) -> float:
+    """Exposed CP ring time of a layer: each of the 3·(n − 1) ring steps (forward 1, backward 2)
+    exposes max(0, t_kv·(1 − cp_ring_hidden) − t_attention / n / 3), t_kv = KV bytes per step / link,
+    n the ring's ranks: ``ring``, else cp (a2a+p2p passes its outer size p: each of its p steps
+    computes 1/p of the layer's attention, for a·tokens rows of heads/(tp·a))."""
+    n = ring or a.cp
     per_step_comm = g.cp_kv_bytes_per_step / cp_bw * (1.0 - c.cp_ring_hidden)
-    return 3 * (a.cp - 1) * max(0.0, per_step_comm - attention / a.cp / 3)
+    return 3 * (n - 1) * max(0.0, per_step_comm - attention / n / 3)
 
 
-def cp_layer_seconds(a: RunAmounts, g: LayerAmounts, c: TimeCoefficients, cp_bw: float, attention: float) -> float:
-    """CP time of a layer: the all-to-all bytes / link (a2a), else the exposed ring, plus a mixer's
-    (GDN, Mamba) own all-to-all."""
+def cp_layer_seconds(
+    a: RunAmounts, g: LayerAmounts, c: TimeCoefficients, cp_bw: float, attention: float, *, a2a_bw: float = 0.0
+) -> float:
+    """CP time of a layer: the all-to-all bytes / its link ``a2a_bw`` (a2a; else ``cp_bw``), else the
+    exposed ring, plus a mixer's (GDN, Mamba) own all-to-all. ``a2a+p2p`` pays both: its inner
+    group's all-to-all, not overlapped (Transformer Engine waits for it before the ring and before
+    returning: ``flash_attn_a2a_communicate``), and the ring over its outer ranks, overlapped with
+    each step's attention as the flat ring is (``cp_ring_layer_seconds`` with ``ring`` = p)."""
     if a.cp_a2a:
-        cp = g.cp_a2a_bytes / cp_bw
+        cp = g.cp_a2a_bytes / (a2a_bw or cp_bw)
+        if a.cp_outer_ring > 1:
+            cp += cp_ring_layer_seconds(a, g, c, cp_bw, attention, ring=a.cp_outer_ring)
     elif a.cp > 1:
         cp = cp_ring_layer_seconds(a, g, c, cp_bw, attention)
     else:
@@ -194,7 +210,7 @@ def layer_seconds(a: RunAmounts, g: LayerAmounts, c: TimeCoefficients, r: StageR
         scan += gdn_kernel_seconds(g.gdn_token_heads, a.architecture)
     elementwise = c.elementwise_traffic_factor * g.elementwise_bytes / a.hbm_bytes_per_second
     tp = g.tp_bytes / r.tp_bytes_per_second * (1 - c.tp_overlap_hidden)
-    cp = cp_layer_seconds(a, g, c, r.cp_bytes_per_second, attention)
+    cp = cp_layer_seconds(a, g, c, r.cp_bytes_per_second, attention, a2a_bw=r.cp_a2a_bytes_per_second)
     ep = ep_layer_seconds(a, g, r)
     permute = c.moe_permute_passes * g.moe_token_bytes / a.hbm_bytes_per_second
     recompute = recompute_seconds(

@@ -194,12 +194,13 @@ def _exposed_terms(
     terms = [time_term("CP mixer all-to-all", mixer, ("B", "B/s"), r.cp_bytes_per_second, "cp_comm")]
     if a.cp_a2a:
         a2a = sum(n * g.cp_a2a_bytes for g, n in pairs)
-        terms.append(time_term("CP all-to-all", a2a, ("B", "B/s"), r.cp_bytes_per_second, "cp_comm"))
-    elif a.cp > 1:
-        steps = 3 * (a.cp - 1)
+        terms.append(time_term("CP all-to-all", a2a, ("B", "B/s"), r.cp_a2a_bytes_per_second, "cp_comm"))
+    if (not a.cp_a2a and a.cp > 1) or a.cp_outer_ring > 1:  # the flat ring, or a2a+p2p's outer one
+        ring = a.cp_outer_ring or a.cp
+        steps = 3 * (ring - 1)
         ring_bytes = sum(n * steps * g.cp_kv_bytes_per_step for g, n in pairs)
         exposed = sum(
-            n * cp_ring_layer_seconds(a, g, c, r.cp_bytes_per_second, s.attention)
+            n * cp_ring_layer_seconds(a, g, c, r.cp_bytes_per_second, s.attention, ring=ring)
             for g, n, s in zip(stage.groups, counts, seconds, strict=True)
         )
         share = _share(exposed, ring_bytes / r.cp_bytes_per_second)
