@@ -264,16 +264,12 @@ CASES: dict[str, Case] = {
             "16",
         ]
     ),
-    "report-under-proc": Case(
-        lambda t: [*REPORT, "--out", "/proc/lcmoe-hostile/r.html"], budget=SEARCH_SECONDS
-    ),
+    "report-under-proc": Case(lambda t: [*REPORT, "--out", "/proc/lcmoe-hostile/r.html"], budget=SEARCH_SECONDS),
     "report-under-a-file": Case(
         lambda t: [*REPORT, "--out", str(_write(t / "f", "x") / "r.html")],
         budget=SEARCH_SECONDS,
     ),
-    "report-to-dev-full": Case(
-        lambda t: [*REPORT, "--out", "/dev/full"], isolate=True, budget=SEARCH_SECONDS
-    ),
+    "report-to-dev-full": Case(lambda t: [*REPORT, "--out", "/dev/full"], isolate=True, budget=SEARCH_SECONDS),
     "calibrate-under-a-file": Case(
         lambda t: [
             "calibrate",

@@ -225,7 +225,7 @@ def time_coefficients_of(request: PlanRequest, run: RunConfig) -> TimeCoefficien
     return request.time_coefficients or shipped_time_coefficients(run.hardware.architecture)
 
 
-def amounts_key(run: RunConfig) -> tuple[str, tuple[int, int] | None, float]:
+def amounts_key(run: RunConfig) -> tuple[str, tuple[int, ...] | None, float]:
     """What the time amounts of ``run``'s variants depend on besides the fitted run: the CP
     exchange (with an a2a+p2p split) and the dispatch width; ``relaunched_amounts`` re-prices the rest."""
     lay = run.layout
@@ -242,7 +242,7 @@ def priced_variants(
     (``relaunched_amounts`` → ``combine``), a sixth of the amount computations of timing each
     variant from scratch. The amounts ``time_of`` kept for ``fitted`` in ``memo`` seed them."""
     coefficients = time_coefficients_of(request, fitted.run)
-    amounts: dict[tuple[str, tuple[int, int] | None, float], RunAmounts] = {}
+    amounts: dict[tuple[str, tuple[int, ...] | None, float], RunAmounts] = {}
     kept = memo.amounts.pop((fitted.run.layout, fitted.run.options), None) if memo is not None else None
     if kept is not None:
         amounts[amounts_key(fitted.run)] = kept

@@ -49,8 +49,7 @@ def _check_attention(spec: ModelSpec) -> None:
     dsa = (spec.dsa_indexer_n_heads, spec.dsa_indexer_head_dim, spec.dsa_indexer_topk)
     if any(dsa) and not (all(dsa) and spec.multi_latent_attention):
         raise ValueError(
-            "DSA needs multi_latent_attention and dsa_indexer_n_heads, dsa_indexer_head_dim and "
-            "dsa_indexer_topk > 0"
+            "DSA needs multi_latent_attention and dsa_indexer_n_heads, dsa_indexer_head_dim and dsa_indexer_topk > 0"
         )
 
 
@@ -88,8 +87,7 @@ def _check_hybrid(spec: ModelSpec, pattern: str) -> None:
         )
     if depths != spec.mtp_num_layers:
         raise ValueError(
-            f"hybrid_layer_pattern has {depths} MTP depths but mtp_num_layers = {spec.mtp_num_layers}; "
-            "they must match"
+            f"hybrid_layer_pattern has {depths} MTP depths but mtp_num_layers = {spec.mtp_num_layers}; they must match"
         )
     if mtp and (
         len(mtp) > 2
