@@ -79,11 +79,17 @@ class TimeCoefficients:
     dp_exposed_fraction: float = 0.15
     cuda_graph_overhead_saving: float = 0.7
     # CPU Adam on the offloaded fraction, per rank: memory-bound at ~30 B touched per fp32 param
-    # (param, grad, m, v read; param, m, v, bf16 copy written), and an H100 DGX host's ~614 GB/s
-    # DDR5 over 8 ranks gives a ~2.6 G params/s roofline; torch's CPU Adam reaches ~40% of it.
-    # Inside the measured range of kernels-and-links.md §6 (0.3 G/s at 2 threads per rank, ~1.4 G/s
-    # DeepSpeed CPU-Adam per host).
-    host_adam_params_per_second: float = 1.0e9
+    # (param, grad, m, v read; param, m, v, bf16 copy written); an H100 DGX host's ~614 GB/s DDR5
+    # over 8 ranks gives a ~2.6 G params/s roofline. Set from the one measured series: NVIDIA's
+    # CPU-offloading skill card runs Qwen3-30B-A3B on 16 H100 (TP2 PP2 EP4, GBS 4) at optimizer
+    # offload 25 / 50 / 75 / 100% in 1871 / 2484 / 3187 / 4189 ms (memory_points.csv), a slope of
+    # 3091 ms per whole optimizer offloaded; lcmoe's step rises by 161 ms (host link) + 1.91e12
+    # params / rate over that span, so rate = 1.91e12 / 2930 ms = 6.5e8 params/s, 25% of the
+    # roofline, inside kernels-and-links.md §6's range (0.3 G/s at 2 threads per rank … ~1.4 G/s
+    # DeepSpeed CPU-Adam per host). The former 1e9 (an assumed 40% of the roofline) put the
+    # series' slope 33% low. Derived from the slope only: the series' absolute step times stay an
+    # unfitted check (benchmarks/throughput_accuracy.py, verification runs).
+    host_adam_params_per_second: float = 6.5e8
     # Sustained tensor-core clock of a GPU relative to its family's reference GPU (B200, H100),
     # beyond the datasheet peaks: the power limit decides how much of the peak a GPU holds under
     # load (B200 1000 W, B300 1100 W, GB200 1200 W, GB300 1400 W; kernels-and-links.md §2a
