@@ -436,7 +436,9 @@ def fit_families(cases: list[PerfCase], base: TimeCoefficients | None = None) ->
         else:
             rate = float(values[len(shared)])
         logs = values[slot.offset + slot.width - len(slot.gpus) : slot.offset + slot.width]
-        clocks = {g: MEASURED_CLOCKS[g] for g in {c.run.hardware.name for c in slot.cases} & set(MEASURED_CLOCKS)}
+        clocks = {
+            g: MEASURED_CLOCKS[g] for g in sorted({c.run.hardware.name for c in slot.cases} & set(MEASURED_CLOCKS))
+        }
         clocks |= {g: float(v) for g, v in zip(slot.gpus, np.exp(logs), strict=True)}
         coefficients = dataclasses.replace(
             start_coeffs,
@@ -470,7 +472,39 @@ def fit_families(cases: list[PerfCase], base: TimeCoefficients | None = None) ->
         return np.concatenate(parts)
 
     result = least_squares(objective, x0, bounds=(lo / sc, hi / sc), loss=FIT_LOSS, f_scale=ROW_SCALE, max_nfev=200)
-    return {family: build(result.x, slot) for family, slot in slots.items()}
+    return with_bf16_half_size({family: build(result.x, slot) for family, slot in slots.items()})
+
+
+# BF16 expert GEMMs of a family take the small-expert half-size another family's rows fit:
+# Hopper's fitted rows are all FP8 MoE runs (their s½ carries TE's per-expert FP8 quantize work),
+# so a BF16 Hopper expert GEMM is rated at the Blackwell fit's s½, where MXFP8 and BF16 MoE runs
+# share one (TimeCoefficients.grouped_gemm_half_size_bf16). Chosen against the FP8 s½ (9% of peak
+# at Qwen3-30B-A3B's expert shape, TE PR #2045 measures 63%) and against none (the kernel's 63%):
+# the two BF16 Qwen3-30B-A3B H100 verification runs (never fitted; 287 / 299 TFLOP/s) come out at
+# −49% / −51% with the FP8 s½, +40% with none (Round 5), +1% / −3% with the Blackwell one; the
+# other BF16 H100 MoE runs there move with them (Nemotron-3 Super −36 / −39% → −3 / −8%, Nano
+# −23% → +3%, Nemotron-3.5 Lightning −21 / +15% → +3 / +55%; Moonlight-16B +50% → +97%). The fit
+# itself is unchanged: no fitted row runs BF16 experts on Hopper.
+BF16_HALF_SIZE_FROM = {"hopper": "blackwell"}
+
+
+def with_bf16_half_size(fitted: dict[str, TimeCoefficients]) -> dict[str, TimeCoefficients]:
+    """``fitted`` with BF16_HALF_SIZE_FROM's families' BF16 half-size set from their source."""
+    out = dict(fitted)
+    for family, source in BF16_HALF_SIZE_FROM.items():
+        if family in out and source in out:
+            half = out[source].grouped_gemm_half_size
+            out[family] = dataclasses.replace(out[family], grouped_gemm_half_size_bf16=half)
+    return out
+
+
+def family_values(c: TimeCoefficients) -> dict[str, float]:
+    """What the coefficients file keeps of a family: every bounded coefficient, plus the BF16
+    half-size where it is set (with_bf16_half_size)."""
+    values = {n: float(getattr(c, n)) for n in BOUNDS}
+    if c.grouped_gemm_half_size_bf16:
+        values["grouped_gemm_half_size_bf16"] = float(c.grouped_gemm_half_size_bf16)
+    return values
 
 
 def _fp8_prior_case(cases: list[PerfCase], names: list[str]) -> PerfCase | None:
@@ -596,7 +630,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"leave-one-model-out MAPE {summary['lomo_mape']:.2f}%, MoE rows {summary['lomo_mape_moe']:.2f}%")
     if args.write:
         payload = {
-            "families": {family: {n: float(getattr(c, n)) for n in BOUNDS} for family, c in fitted.items()},
+            "families": {family: family_values(c) for family, c in fitted.items()},
             "gpu_clocks": {family: dict(c.gpu_clock) for family, c in fitted.items()},
             "containers": {family: dict(c.fit["containers"]) for family, c in fitted.items()},
             "reference_containers": {family: c.fit["reference_container"] for family, c in fitted.items()},

@@ -15,6 +15,7 @@ from lcmoe.estimate.time import (
     attention_efficiency_on_counted_flops,
     dense_fp8_gain,
     estimate_time,
+    grouped_gemm_saturation,
     layer_host_seconds,
     shipped_time_coefficients,
     stage_time,
@@ -120,12 +121,26 @@ def test_expert_launches_scale_with_local_experts_and_only_expert_graphs_capture
 
 def test_fp8_grouped_speedup_sets_the_expert_gemm_ratio_to_bf16() -> None:
     run = make_run()
-    c = replace(shipped_time_coefficients("hopper"), fp8_grouped_speedup=1.25)
+    # At one small-expert half-size for both precisions, the ratio is the speedup itself.
+    c = replace(shipped_time_coefficients("hopper"), fp8_grouped_speedup=1.25, grouped_gemm_half_size_bf16=0.0)
     bf16 = time_amounts(with_options(run, precision="bf16"))
     fp8 = time_amounts(with_options(run, precision="fp8-blockwise"))
     t_bf16 = stage_time(bf16, bf16.stages[0], c).expert_gemm
     t_fp8 = stage_time(fp8, fp8.stages[0], c).expert_gemm
     assert t_bf16 / t_fp8 == pytest.approx(1.25)
+
+
+def test_bf16_experts_take_their_own_half_size() -> None:
+    """grouped_gemm_half_size_bf16 rates BF16 experts (s / (s + s½_bf16)) and leaves FP8 ones alone."""
+    run = make_run()
+    base = shipped_time_coefficients("hopper")
+    s = time_amounts(with_options(run, precision="bf16")).expert_gemm_size
+    shared = replace(base, grouped_gemm_half_size_bf16=0.0)
+    own = replace(base, grouped_gemm_half_size_bf16=base.grouped_gemm_half_size / 4)
+    ratio = grouped_gemm_saturation(4096, own, s, bf16=True) / grouped_gemm_saturation(4096, shared, s, bf16=True)
+    half = base.grouped_gemm_half_size
+    assert ratio == pytest.approx((s + half) / (s + half / 4))
+    assert grouped_gemm_saturation(4096, own, s) == grouped_gemm_saturation(4096, shared, s)
 
 
 def test_dense_fp8_gain_is_the_dense_rate_ratio() -> None:

@@ -58,6 +58,13 @@ class TimeCoefficients:
     # at that count: fitted, it sat on its floor of 8 (Blackwell 8.01).
     moe_permute_passes: float = 8.0
     grouped_gemm_half_size: float = 0.0
+    # The same half-size for BF16 expert GEMMs where it differs (0: grouped_gemm_half_size). Hopper's
+    # fitted rows are all FP8 (current-scaling or blockwise TE GEMMs, whose per-expert quantize
+    # work grows the small-expert loss: fitted s½ 9.1e6, i.e. 9% of peak at Qwen3-30B-A3B's
+    # 2048 × 768 experts, where TE PR #2045 measures its BF16 per-expert cuBLAS path at 63%).
+    # BF16 Hopper experts take the kernel's own loss as the Blackwell rows (MXFP8 and BF16, one
+    # s½) fit it (benchmarks/fit_time.py BF16_HALF_SIZE_FROM).
+    grouped_gemm_half_size_bf16: float = 0.0
     # Mamba-2 chunked-scan throughput on mamba_scan_flops_per_layer's count, an absolute rate
     # shared by every GPU: the SSD kernels (Triton, fp32 state math) scale with neither tensor-core
     # peak nor HBM — the Nemotron-3 rows leave about the same absolute per-token time unexplained

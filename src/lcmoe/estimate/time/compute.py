@@ -70,11 +70,15 @@ def narrow_m_factor(rows: float, cost: GemmShapeCost) -> float:
     return 1.0 + cost.m_half / max(rows, 1.0)
 
 
-def grouped_gemm_saturation(tokens_per_expert: float, c: TimeCoefficients, expert_gemm_size: float = 0.0) -> float:
+def grouped_gemm_saturation(
+    tokens_per_expert: float, c: TimeCoefficients, expert_gemm_size: float = 0.0, *, bf16: bool = False
+) -> float:
     """n / (n + n½) · s / (s + s½): grouped GEMM efficiency falls when each local expert sees few
     tokens, and when each expert's GEMM (s = hidden · expert FFN / ETP) is small
-    (kernels-and-links.md §2b: ~60% of peak at ≥ 2K tokens/expert, 11–16% at 512 for small N·K)."""
-    size = expert_gemm_size / (expert_gemm_size + c.grouped_gemm_half_size) if expert_gemm_size > 0 else 1.0
+    (kernels-and-links.md §2b: ~60% of peak at ≥ 2K tokens/expert, 11–16% at 512 for small N·K).
+    ``bf16``: BF16 experts, at grouped_gemm_half_size_bf16 where the family sets one."""
+    half = (c.grouped_gemm_half_size_bf16 or c.grouped_gemm_half_size) if bf16 else c.grouped_gemm_half_size
+    size = expert_gemm_size / (expert_gemm_size + half) if expert_gemm_size > 0 else 1.0
     return tokens_per_expert / (tokens_per_expert + c.grouped_gemm_half_tokens) * size
 
 

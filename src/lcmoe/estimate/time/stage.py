@@ -93,7 +93,7 @@ def stage_rates(a: RunAmounts, c: TimeCoefficients) -> StageRates:
     """The rates of ``a`` at coefficients ``c`` (see StageRates' fields for each formula)."""
     clock = c.gpu_clock.get(a.gpu, 1.0)
     shape = gemm_shape_cost(a.architecture, a.tensor_core)
-    saturation = grouped_gemm_saturation(a.tokens_per_expert, c, a.expert_gemm_size)
+    saturation = grouped_gemm_saturation(a.tokens_per_expert, c, a.expert_gemm_size, bf16=a.tensor_core == "bf16")
     attention_saturated = attention_saturation(a.attention_chunk, c)
     attention_rate = a.bf16_peak_flops_per_second * clock * c.attention_efficiency
     return StageRates(
