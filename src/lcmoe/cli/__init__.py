@@ -14,12 +14,14 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
+from lcmoe.cli.calibrate_cmd import calibrate
 from lcmoe.cli.catalog_cmds import hardware, models
 from lcmoe.cli.check_cmd import check
-from lcmoe.cli.diagnose_cmd import calibrate, diagnose, preflight
+from lcmoe.cli.diagnose_cmd import diagnose
 from lcmoe.cli.estimate_cmd import estimate
 from lcmoe.cli.flops_cmd import flops
 from lcmoe.cli.plan_cmd import plan, report, sweep
+from lcmoe.cli.preflight_cmd import preflight
 from lcmoe.cli.run_options import complete_one
 from lcmoe.errors import clip
 

@@ -22,6 +22,7 @@ from lcmoe.units import whole_number
 
 if TYPE_CHECKING:
     from lcmoe.run import RunConfig
+    from lcmoe.specs.doc_lengths import DocLengths
     from lcmoe.specs.hardware import HardwareSpec
 
 MAX_INPUT_BYTES = 16 * 1024 * 1024
@@ -86,9 +87,7 @@ def parse_run(
     from lcmoe.cli.common import resolve_model
     from lcmoe.config_io.bridge import flatten, parse_override_lines, run_from_overrides
     from lcmoe.config_io.emitted import read_emitted
-    from lcmoe.config_io.known_fields import unknown_flags, unknown_override_keys
-    from lcmoe.config_io.megatron_args import layout_from_args, options_from_args, parse_megatron_args, tokenize_args
-    from lcmoe.run import RunConfig
+    from lcmoe.config_io.known_fields import unknown_override_keys
     from lcmoe.specs.doc_lengths import load_doc_lengths
     from lcmoe.units import parse_token_count
 
@@ -105,19 +104,7 @@ def parse_run(
         return emitted.kind, run, []
     fmt = emitted.kind if emitted is not None else detect_format(text)
     if fmt == "megatron-args":
-        unknown = unknown_flags("--" + name for name in tokenize_args(text))
-        if unknown:  # a misspelled flag would stop Megatron-LM at start-up: report it, read nothing more
-            return fmt, None, unknown
-        if model is None:
-            parsed = parse_megatron_args(text, world_size=gpus)
-            options = options_from_args(parsed.args, doc_lengths=docs) if docs is not None else parsed.options
-            return fmt, _planned_documents(RunConfig(parsed.model, hardware, parsed.layout, options), source), []
-        # The architecture comes from --model; the arguments give layout and options only.
-        spec = model if isinstance(model, ModelSpec) else resolve_model(model)
-        args = tokenize_args(text)
-        layout = layout_from_args(args, world_size=gpus, num_layers=spec.num_layers)
-        run = RunConfig(spec, hardware, layout, options_from_args(args, doc_lengths=docs))
-        return fmt, _planned_documents(run, source), []
+        return _megatron_args_run(text, model=model, gpus=gpus, hardware=hardware, docs=docs, source=source)
     if model is None:
         raise LcmoeError(
             "--model", None, "is needed for Bridge overrides/YAML (the recipe's model)", "e.g. --model deepseek-v3"
@@ -135,6 +122,38 @@ def parse_run(
     seq = parse_token_count(seq_len) if seq_len else None
     run = run_from_overrides(values, model=spec, hardware=hardware, num_gpus=gpus, seq_len=seq, doc_lengths=docs)
     return fmt, _planned_documents(run, source), unknown
+
+
+def _megatron_args_run(
+    text: str,
+    *,
+    model: str | ModelSpec | None,
+    gpus: int,
+    hardware: HardwareSpec,
+    docs: DocLengths | None,
+    source: str,
+) -> tuple[str, RunConfig | None, list[dict[str, Any]]]:
+    """``parse_run`` of Megatron-LM arguments: the architecture from ``model`` when given, else
+    from the arguments themselves."""
+    from lcmoe.cli.common import resolve_model
+    from lcmoe.config_io.known_fields import unknown_flags
+    from lcmoe.config_io.megatron_args import layout_from_args, options_from_args, parse_megatron_args, tokenize_args
+    from lcmoe.run import RunConfig
+
+    fmt = "megatron-args"
+    unknown = unknown_flags("--" + name for name in tokenize_args(text))
+    if unknown:  # a misspelled flag would stop Megatron-LM at start-up: report it, read nothing more
+        return fmt, None, unknown
+    if model is None:
+        parsed = parse_megatron_args(text, world_size=gpus)
+        options = options_from_args(parsed.args, doc_lengths=docs) if docs is not None else parsed.options
+        return fmt, _planned_documents(RunConfig(parsed.model, hardware, parsed.layout, options), source), []
+    # The architecture comes from --model; the arguments give layout and options only.
+    spec = model if isinstance(model, ModelSpec) else resolve_model(model)
+    args = tokenize_args(text)
+    layout = layout_from_args(args, world_size=gpus, num_layers=spec.num_layers)
+    run = RunConfig(spec, hardware, layout, options_from_args(args, doc_lengths=docs))
+    return fmt, _planned_documents(run, source), []
 
 
 def _planned_documents(run: RunConfig, source: str) -> RunConfig:

@@ -1,10 +1,9 @@
-"""`lcmoe diagnose`, `lcmoe preflight` and `lcmoe calibrate`: what a run's log says, whether a
-node is ready, and the cluster's measured speed.
+"""`lcmoe diagnose`: what a run's log says (`lcmoe preflight` and `lcmoe calibrate`, which share its
+options and its reading of a log's run, are in preflight_cmd.py and calibrate_cmd.py).
 
 Exit codes: diagnose 0 nothing wrong, 1 findings (OOM, slower than predicted, communication
 failure, a known failure from diagnose/failure_patterns.py, regression),
-2 bad input; preflight 0 / 1 / 2 by the worst check (pass / warn / fail);
-calibrate 0 written, 2 bad input."""
+2 bad input."""
 
 from __future__ import annotations
 
@@ -344,109 +343,4 @@ def _render_known_failure(known: dict[str, Any]) -> None:
     stdout.print(f"  source: {', '.join(known['sources'])}", highlight=False)
 
 
-def preflight(
-    plan: Path = PLAN,
-    json_output: bool = JSON,
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="one line: the failing and warning checks"),
-) -> None:
-    """Check this node before spending an allocation: versions, GPUs, dispatcher packages, environment."""
-    from lcmoe.config_io.plan_json import read_plan, run_from_plan
-    from lcmoe.diagnose.preflight import checks, probe_node, worst_exit_code
-
-    run = target = None
-    if plan is not None:
-        doc = read_plan(plan)
-        run = run_from_plan(doc)
-        target = (doc.get("target") or {}).get("megatron_core") or doc["inputs"].get("megatron_core_version")
-    results = checks(probe_node(), run, target_megatron_core=target)
-    code = worst_exit_code(results)
-    if json_output:
-        print_json({"checks": [c.as_dict() for c in results], "exit_code": code})
-        raise typer.Exit(code)
-    if quiet:
-        bad = [f"{c.status} {c.name}" for c in results if c.status != "pass"]
-        stdout.print(", ".join(bad) or "all checks pass", highlight=False, soft_wrap=True)
-        raise typer.Exit(code)
-    colors = {"pass": "green", "warn": "yellow", "fail": "red"}
-    for c in results:
-        fix = f" — fix: {c.fix}" if c.fix and c.status != "pass" else ""
-        stdout.print(f"[{colors[c.status]}]{c.status:4s}[/] {c.name}: {c.detail}{fix}", highlight=False)
-    raise typer.Exit(code)
-
-
-def _check_output_file(out: Path) -> None:
-    """Refuse to replace anything but a regular file (``--out /dev/full`` as root would rename
-    cluster.yaml over the device node) before any work is done."""
-    import os
-    import stat
-
-    try:
-        info = os.lstat(out)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise LcmoeError(
-            "--out", str(out), f"cannot be written ({exc.strerror or exc.__class__.__name__})", "choose a writable path"
-        ) from None
-    if not stat.S_ISREG(info.st_mode):
-        raise LcmoeError("--out", str(out), "exists and is not a regular file", "choose another path")
-
-
-def calibrate(
-    logs: list[str] = typer.Argument(..., help="training logs of this cluster (steady-state iteration lines)"),
-    out: Path = typer.Option(..., "--out", "-o", help="where to write cluster.yaml"),
-    plan: Path = PLAN,
-    config: Path = CONFIG,
-    model: str = MODEL,
-    gpu: str = GPU,
-    gpus: int = GPUS,
-    seq_len: str = SEQ,
-    json_output: bool = JSON,
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the written path"),
-) -> None:
-    """Refit the time model's efficiencies from your measured runs; use with --calibration FILE."""
-    import yaml
-
-    from lcmoe.diagnose.logs import read_log
-    from lcmoe.diagnose.steps import step_stats
-    from lcmoe.emit.writer import atomic_write_text
-    from lcmoe.estimate.calibration import MeasuredRun
-    from lcmoe.estimate.calibration import calibrate as fit
-
-    _check_output_file(out)
-    measured = []
-    for log in logs:
-        summary = read_log(log)
-        stats = step_stats(summary)
-        if stats is None:
-            raise LcmoeError(
-                "LOG", log, "has no iteration or Step Time lines", "pass a log of at least a few iterations"
-            )
-        run, _ = resolve_log_run(summary, plan=plan, config=config, model=model, gpu=gpu, gpus=gpus, seq_len=seq_len)
-        if run is None:
-            raise LcmoeError("LOG", log, "has no argument dump", "pass --plan, or --config with --gpus")
-        measured.append(MeasuredRun(run, stats.median_seconds, source=str(log)))
-    calibration = fit(measured)
-    document = calibration.as_dict()
-    try:
-        atomic_write_text(out, "# Written by lcmoe calibrate; pass with --calibration.\n" + yaml.safe_dump(document))
-    except OSError as exc:
-        raise LcmoeError(
-            "--out", str(out), f"cannot be written ({exc.strerror or exc.__class__.__name__})", "choose a writable path"
-        ) from None
-    if json_output:
-        print_json(document)
-        raise typer.Exit(EXIT_OK)
-    if quiet:
-        stdout.print(str(out), highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_OK)
-    scales = ", ".join(f"{k} ×{v:.3f}" for k, v in calibration.scales.items())
-    stdout.print(
-        f"wrote {out}: {len(measured)} run(s) on {calibration.hardware}, scales {scales}; "
-        f"error on these runs {calibration.mape_before:.1f}% → {calibration.mape_after:.1f}%",
-        highlight=False,
-    )
-    raise typer.Exit(EXIT_OK)
-
-
-__all__ = ["EXIT_BAD_INPUT", "calibrate", "diagnose", "preflight"]
+__all__ = ["EXIT_BAD_INPUT", "diagnose"]

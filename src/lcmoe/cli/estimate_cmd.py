@@ -127,58 +127,12 @@ def estimate(
     stage: int | None = STAGE,
 ) -> None:
     """Predict per-GPU memory (every pipeline stage, by component) and the step time of one layout."""
-    from lcmoe.errors import LcmoeError
-
     given = [name for name in ctx.params if _given(ctx, name)]
     if from_plan is not None:
-        extra = [name for name in given if name not in FROM_PLAN_EXTRAS]
-        if extra:
-            flag = _flag_name(ctx, extra[0])
-            why = "cannot be combined with --from-plan (the plan fixes the run)"
-            raise LcmoeError(flag, ctx.params[extra[0]], why, f"drop {flag}")
+        _refuse_flags_with_plan(ctx, given)
         run = _run_from_plan(from_plan, rank)
     else:
-        if "rank" in given:
-            raise LcmoeError("--rank", rank, "picks a plan of --from-plan", "add --from-plan plan.json")
-        missing = [flag for flag, value in (("--model", model), ("--gpus", gpus), ("--seq-len", seq_len)) if not value]
-        if missing:
-            abort(f"{' '.join(missing)}: required, or pass --from-plan plan.json; e.g. {_EXAMPLE}")
-        if main_grads_dtype not in (None, "bf16", "fp32"):
-            raise LcmoeError("--main-grads-dtype", main_grads_dtype, "must be bf16 or fp32", "e.g. bf16")
-        run = ro.build_run(
-            model=str(model),
-            gpu=gpu,
-            gpus=int(gpus or 0),
-            seq_len=str(seq_len),
-            tp=tp,
-            cp=cp,
-            ep=ep,
-            etp=etp,
-            pp=pp,
-            vpp=vpp,
-            mbs=mbs,
-            gbs=gbs,
-            recompute=recompute,
-            precision=precision,
-            optimizer_offload=optimizer_offload,
-            dispatcher=dispatcher,
-            cuda_graph=cuda_graph,
-            cp_comm_type=cp_comm_type,
-            pipeline_layout=pipeline_layout,
-            sequence_parallel=sequence_parallel,
-            precision_aware_optimizer=precision_aware_optimizer,
-            moe_imbalance=moe_imbalance,
-            expandable_segments=expandable_segments,
-            fp8_params=fp8_params,
-            hardware_file=hardware_file,
-            hw=hw,
-            scaleout_gbps=scaleout_gbps,
-            gpus_per_node=gpus_per_node,
-            peft=ro.peft_options(peft, lora_rank, lora_targets, lora_input_regather),
-            doc_lengths=doc_lengths,
-            hierarchical_cp_sizes=hierarchical_cp_sizes,
-        )
-        run = _with_knobs(run, ep_overlap=ep_overlap, main_grads_dtype=main_grads_dtype)
+        run = _run_from_flags(ctx.params, given)
     _estimate_and_print(
         run,
         calibration,
@@ -188,6 +142,69 @@ def estimate(
         explain=explain,
         stage=stage,
     )
+
+
+def _refuse_flags_with_plan(ctx: typer.Context, given: list[str]) -> None:
+    """The plan fixes the run: refuse the first flag given that would change it."""
+    from lcmoe.errors import LcmoeError
+
+    extra = [name for name in given if name not in FROM_PLAN_EXTRAS]
+    if extra:
+        flag = _flag_name(ctx, extra[0])
+        why = "cannot be combined with --from-plan (the plan fixes the run)"
+        raise LcmoeError(flag, ctx.params[extra[0]], why, f"drop {flag}")
+
+
+def _run_from_flags(params: dict[str, Any], given: list[str]) -> Any:
+    """The run the command-line flags describe. ``params``: the command's parsed parameters
+    (``ctx.params``, as plan and sweep read theirs: PlanOptions.from_params)."""
+    from lcmoe.errors import LcmoeError
+
+    if "rank" in given:
+        raise LcmoeError("--rank", params["rank"], "picks a plan of --from-plan", "add --from-plan plan.json")
+    model, gpus, seq_len = params["model"], params["gpus"], params["seq_len"]
+    missing = [flag for flag, value in (("--model", model), ("--gpus", gpus), ("--seq-len", seq_len)) if not value]
+    if missing:
+        abort(f"{' '.join(missing)}: required, or pass --from-plan plan.json; e.g. {_EXAMPLE}")
+    main_grads_dtype = params["main_grads_dtype"]
+    if main_grads_dtype not in (None, "bf16", "fp32"):
+        raise LcmoeError("--main-grads-dtype", main_grads_dtype, "must be bf16 or fp32", "e.g. bf16")
+    run = ro.build_run(
+        model=str(model),
+        gpu=params["gpu"],
+        gpus=int(gpus or 0),
+        seq_len=str(seq_len),
+        tp=params["tp"],
+        cp=params["cp"],
+        ep=params["ep"],
+        etp=params["etp"],
+        pp=params["pp"],
+        vpp=params["vpp"],
+        mbs=params["mbs"],
+        gbs=params["gbs"],
+        recompute=params["recompute"],
+        precision=params["precision"],
+        optimizer_offload=params["optimizer_offload"],
+        dispatcher=params["dispatcher"],
+        cuda_graph=params["cuda_graph"],
+        cp_comm_type=params["cp_comm_type"],
+        pipeline_layout=params["pipeline_layout"],
+        sequence_parallel=params["sequence_parallel"],
+        precision_aware_optimizer=params["precision_aware_optimizer"],
+        moe_imbalance=params["moe_imbalance"],
+        expandable_segments=params["expandable_segments"],
+        fp8_params=params["fp8_params"],
+        hardware_file=params["hardware_file"],
+        hw=params["hw"],
+        scaleout_gbps=params["scaleout_gbps"],
+        gpus_per_node=params["gpus_per_node"],
+        peft=ro.peft_options(
+            params["peft"], params["lora_rank"], params["lora_targets"], params["lora_input_regather"]
+        ),
+        doc_lengths=params["doc_lengths"],
+        hierarchical_cp_sizes=params["hierarchical_cp_sizes"],
+    )
+    return _with_knobs(run, ep_overlap=params["ep_overlap"], main_grads_dtype=main_grads_dtype)
 
 
 def _estimate_and_print(

@@ -289,27 +289,9 @@ def options_from_args(args: dict[str, Any], *, doc_lengths: DocLengths | None = 
     granularity = _choice(args, "recompute-granularity", "none", ("none", "full", "selective"))
     method = _choice(args, "recompute-method", "uniform", ("uniform", "block"))
     modules = args.get("recompute-modules") or (["core_attn"] if granularity == "selective" else [])
-    graph_modules = args.get("cuda-graph-modules") or args.get("cuda-graph-scope") or []
-    graphs = frozenset(graph_modules) if args.get("cuda-graph-impl") not in (None, "none") else frozenset()
-    # Megatron-Core 0.19 names the local full-iteration graph --cuda-graph-impl=full_iteration.
-    if args.get("cuda-graph-impl") == "full_iteration" or (args.get("cuda-graph-impl") == "local" and not graphs):
-        graphs = frozenset({"full_iteration"})
+    graphs = _cuda_graphs(args)
     aware = _switch(args, "use-precision-aware-optimizer")
-    main_grads: Literal["fp32", "bf16"] = (
-        "bf16"
-        if (
-            args.get("grad-reduce-in-bf16")
-            or args.get("megatron-fsdp-main-grads-dtype") in ("bf16", "auto")
-            or (aware and args.get("main-grads-dtype") == "bf16")
-        )
-        else "fp32"
-    )
-    exp_avg: Literal["fp32", "bf16", "fp8"] = "fp32"
-    if aware and args.get("exp-avg-dtype") in ("bf16", "fp8"):
-        exp_avg = "bf16" if args.get("exp-avg-dtype") == "bf16" else "fp8"
-    main_params: Literal["fp32", "fp16", "bf16"] = "fp32"
-    if aware and args.get("main-params-dtype") in ("fp16", "bf16"):
-        main_params = "fp16" if args.get("main-params-dtype") == "fp16" else "bf16"
+    main_grads, exp_avg, main_params = _optimizer_dtypes(args, aware=aware)
     offload = _float(args, "optimizer-offload-fraction", 1.0) if args.get("optimizer-cpu-offload") else 0.0
     backend = _choice(args, "attention-backend", "auto", ("auto", "flash", "fused", "unfused", "local"))
     return TrainingOptions(
@@ -351,6 +333,40 @@ def options_from_args(args: dict[str, Any], *, doc_lengths: DocLengths | None = 
             config_key="--dataloader-inter-document-masking",
         ),
     )
+
+
+def _cuda_graphs(args: dict[str, Any]) -> frozenset[str]:
+    """The CUDA-graphed scopes (``--cuda-graph-modules``, earlier ``--cuda-graph-scope``); none when
+    ``--cuda-graph-impl`` is unset or none."""
+    graph_modules = args.get("cuda-graph-modules") or args.get("cuda-graph-scope") or []
+    graphs = frozenset(graph_modules) if args.get("cuda-graph-impl") not in (None, "none") else frozenset()
+    # Megatron-Core 0.19 names the local full-iteration graph --cuda-graph-impl=full_iteration.
+    if args.get("cuda-graph-impl") == "full_iteration" or (args.get("cuda-graph-impl") == "local" and not graphs):
+        graphs = frozenset({"full_iteration"})
+    return graphs
+
+
+def _optimizer_dtypes(
+    args: dict[str, Any], *, aware: bool
+) -> tuple[Literal["fp32", "bf16"], Literal["fp32", "bf16", "fp8"], Literal["fp32", "fp16", "bf16"]]:
+    """(main grads, Adam moments, main params) dtypes; the last two are FP32 but for a
+    precision-aware optimizer."""
+    main_grads: Literal["fp32", "bf16"] = (
+        "bf16"
+        if (
+            args.get("grad-reduce-in-bf16")
+            or args.get("megatron-fsdp-main-grads-dtype") in ("bf16", "auto")
+            or (aware and args.get("main-grads-dtype") == "bf16")
+        )
+        else "fp32"
+    )
+    exp_avg: Literal["fp32", "bf16", "fp8"] = "fp32"
+    if aware and args.get("exp-avg-dtype") in ("bf16", "fp8"):
+        exp_avg = "bf16" if args.get("exp-avg-dtype") == "bf16" else "fp8"
+    main_params: Literal["fp32", "fp16", "bf16"] = "fp32"
+    if aware and args.get("main-params-dtype") in ("fp16", "bf16"):
+        main_params = "fp16" if args.get("main-params-dtype") == "fp16" else "bf16"
+    return main_grads, exp_avg, main_params
 
 
 def parse_megatron_args(text: str | list[str], *, world_size: int, vocab_size: int | None = None) -> ParsedRun:

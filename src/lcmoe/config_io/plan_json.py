@@ -101,28 +101,7 @@ def run_from_plan(doc: dict[str, Any], *, index: int = 0, hardware: HardwareSpec
             raise TypeError("layout and recompute must be mappings")
         model, plan_hardware = plan_specs(inputs)
         hw = hardware or plan_hardware or load_hardware(_text(inputs, "gpu"))
-        layout_text = lay.get("pipeline_layout")
-        if layout_text is not None and not isinstance(layout_text, str):
-            raise LcmoeError("plan pipeline_layout", layout_text, "must be a string or null", "re-run lcmoe plan")
-        layout = ParallelLayout(
-            tp=_whole(lay, "tp"),
-            cp=_whole(lay, "cp"),
-            ep=_whole(lay, "ep"),
-            etp=_whole(lay, "etp"),
-            pp=_whole(lay, "pp"),
-            vpp=_whole(lay, "vpp"),
-            dp=_whole(lay, "dp"),
-            mbs=_whole(lay, "mbs"),
-            gbs=_whole(lay, "gbs"),
-            sequence_parallel=_flag(lay, "sequence_parallel"),
-            cp_comm_type=_text(lay, "cp_comm_type"),
-            hierarchical_context_parallel_sizes=read_hierarchical_sizes(
-                lay.get("hierarchical_context_parallel_sizes"),
-                field="plan hierarchical_context_parallel_sizes",
-                cp_comm_type=_text(lay, "cp_comm_type"),
-            ),
-            pipeline_layout=layout_text,
-        )
+        layout = _plan_layout(lay)
         method = rec.get("method") or "uniform"
         options = TrainingOptions(
             seq_len=_whole(inputs, "seq_len"),
@@ -148,6 +127,33 @@ def run_from_plan(doc: dict[str, Any], *, index: int = 0, hardware: HardwareSpec
             "--plan", f"plans[{index}]", f"is missing or has a bad field ({exc})", "re-run lcmoe plan"
         ) from None
     return RunConfig(model, hw, layout, options)
+
+
+def _plan_layout(lay: dict[str, Any]) -> ParallelLayout:
+    """A plan entry's ``layout`` mapping as a ParallelLayout (a missing or bad field raises, for
+    run_from_plan to report)."""
+    layout_text = lay.get("pipeline_layout")
+    if layout_text is not None and not isinstance(layout_text, str):
+        raise LcmoeError("plan pipeline_layout", layout_text, "must be a string or null", "re-run lcmoe plan")
+    return ParallelLayout(
+        tp=_whole(lay, "tp"),
+        cp=_whole(lay, "cp"),
+        ep=_whole(lay, "ep"),
+        etp=_whole(lay, "etp"),
+        pp=_whole(lay, "pp"),
+        vpp=_whole(lay, "vpp"),
+        dp=_whole(lay, "dp"),
+        mbs=_whole(lay, "mbs"),
+        gbs=_whole(lay, "gbs"),
+        sequence_parallel=_flag(lay, "sequence_parallel"),
+        cp_comm_type=_text(lay, "cp_comm_type"),
+        hierarchical_context_parallel_sizes=read_hierarchical_sizes(
+            lay.get("hierarchical_context_parallel_sizes"),
+            field="plan hierarchical_context_parallel_sizes",
+            cp_comm_type=_text(lay, "cp_comm_type"),
+        ),
+        pipeline_layout=layout_text,
+    )
 
 
 def plan_doc_lengths(doc: Any) -> DocLengths | None:

@@ -174,6 +174,33 @@ def nemo_run_script(run: RunConfig, settings: LaunchSettings) -> str:
     env = {name: value for name, (value, _) in launch_environment(run, settings).items()}
     head = ["import os", "import shlex", "", "import nemo_run as run"]
     recipe: list[str] = recipe_args(run, settings) if settings.has_recipe else []
+    # Built in this order: each value is checked as it is spelled, and the first bad one is reported.
+    executor_fields = _nemo_executor_fields(run, settings)
+    body = _nemo_settings_lines(run, settings, env, recipe)
+    name = lit("--job-name", syntax.slurm_job_name(settings.job_name))
+    return "\n".join(
+        [
+            '"""NeMo-Run launcher written by lcmoe (edit the executor for your cluster)."""',
+            *head,
+            "",
+            *body,
+            "",
+            "executor = run.SlurmExecutor(",
+            *executor_fields,
+            ")",
+            "# NeMo-Run writes these words into its sbatch file unquoted: quote them here.",
+            "script = run.Script(path=SCRIPT, entrypoint='python', args=[shlex.quote(a) for a in RECIPE + OVERRIDES])",
+            "",
+            'if __name__ == "__main__":',
+            f"    run.run(script, executor=executor, name={name})",
+            "",
+        ]
+    )
+
+
+def _nemo_executor_fields(run: RunConfig, settings: LaunchSettings) -> list[str]:
+    """The keyword arguments of the NeMo-Run ``SlurmExecutor``, one line each."""
+    lit = syntax.python_literal
     executor_fields = [
         f"    nodes={_nodes(run)},",
         f"    ntasks_per_node={run.hardware.gpus_per_node},",
@@ -191,6 +218,13 @@ def nemo_run_script(run: RunConfig, settings: LaunchSettings) -> str:
         executor_fields.insert(
             1, f"    partition={lit('--partition', syntax.sbatch_word('--partition', settings.partition))},"
         )
+    return executor_fields
+
+
+def _nemo_settings_lines(run: RunConfig, settings: LaunchSettings, env: dict[str, str], recipe: list[str]) -> list[str]:
+    """The NeMo-Run launcher's settings (account, environment, script, recipe, overrides) as Python
+    assignments, with the launch-time checks a run without a recipe or under LoRA needs."""
+    lit = syntax.python_literal
     account = syntax.sbatch_word("--account", settings.account) if settings.account else None
     body = [
         "# SlurmExecutor needs an account: the one given to lcmoe, or LCMOE_SLURM_ACCOUNT at launch.",
@@ -216,22 +250,4 @@ def nemo_run_script(run: RunConfig, settings: LaunchSettings) -> str:
             "OVERRIDES.append('checkpoint.pretrained_checkpoint=' + "
             f"os.environ[{lit('variable', CHECKPOINT_VARIABLE)}])"
         )
-    name = lit("--job-name", syntax.slurm_job_name(settings.job_name))
-    return "\n".join(
-        [
-            '"""NeMo-Run launcher written by lcmoe (edit the executor for your cluster)."""',
-            *head,
-            "",
-            *body,
-            "",
-            "executor = run.SlurmExecutor(",
-            *executor_fields,
-            ")",
-            "# NeMo-Run writes these words into its sbatch file unquoted: quote them here.",
-            "script = run.Script(path=SCRIPT, entrypoint='python', args=[shlex.quote(a) for a in RECIPE + OVERRIDES])",
-            "",
-            'if __name__ == "__main__":',
-            f"    run.run(script, executor=executor, name={name})",
-            "",
-        ]
-    )
+    return body

@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from lcmoe.run import RunConfig
+from lcmoe.specs.model import ModelSpec
+from lcmoe.workload import TrainingOptions
 
 
 def transformer_config_kwargs(run: RunConfig) -> tuple[str, dict[str, Any]]:
@@ -40,6 +42,27 @@ def transformer_config_kwargs(run: RunConfig) -> tuple[str, dict[str, Any]]:
         kwargs["pipeline_model_parallel_layout"] = lay.pipeline_layout
     elif lay.vpp > 1:
         kwargs["virtual_pipeline_model_parallel_size"] = lay.vpp
+    # Where both groups set experimental_attention_variant, the later one (gated_delta_net) wins.
+    kwargs |= _attention_kwargs(model)
+    kwargs |= _sequence_mixer_kwargs(model)
+    if model.is_moe:
+        kwargs |= _moe_kwargs(model, opt)
+    if model.mtp_num_layers:
+        kwargs["mtp_num_layers"] = model.mtp_num_layers
+    if opt.recompute_granularity == "selective":
+        kwargs.update(recompute_granularity="selective", recompute_modules=sorted(opt.recompute_modules))
+    elif opt.recompute_granularity == "full":
+        kwargs.update(
+            recompute_granularity="full",
+            recompute_method=opt.recompute_method,
+            recompute_num_layers=opt.recompute_num_layers,
+        )
+    return ("MLATransformerConfig" if model.multi_latent_attention else "TransformerConfig"), kwargs
+
+
+def _attention_kwargs(model: ModelSpec) -> dict[str, Any]:
+    """Attention: MLA or grouped-query heads, DSA's indexer, the output gate, sliding windows."""
+    kwargs: dict[str, Any] = {}
     if model.multi_latent_attention:
         kwargs.update(
             q_lora_rank=model.q_lora_rank,
@@ -70,6 +93,12 @@ def transformer_config_kwargs(run: RunConfig) -> tuple[str, dict[str, Any]]:
         kwargs["window_size"] = model.window_size
         if model.window_attn_skip_freq is not None:
             kwargs["window_attn_skip_freq"] = model.window_attn_skip_freq
+    return kwargs
+
+
+def _sequence_mixer_kwargs(model: ModelSpec) -> dict[str, Any]:
+    """Gated DeltaNet linear attention and hybrid Mamba layers."""
+    kwargs: dict[str, Any] = {}
     if model.linear_attention_type == "gdn":
         kwargs.update(
             experimental_attention_variant="gated_delta_net",
@@ -89,38 +118,32 @@ def transformer_config_kwargs(run: RunConfig) -> tuple[str, dict[str, Any]]:
             mamba_state_dim=model.mamba_state_dim,
             mamba_num_groups=model.mamba_num_groups,
         )
-    if model.is_moe:
+    return kwargs
+
+
+def _moe_kwargs(model: ModelSpec, opt: TrainingOptions) -> dict[str, Any]:
+    """The experts, the router and the token dispatcher of an MoE model."""
+    kwargs: dict[str, Any] = {
+        "num_moe_experts": model.num_moe_experts,
+        "moe_ffn_hidden_size": model.expert_ffn,
+        "moe_router_topk": model.moe_router_topk,
+        "moe_grouped_gemm": True,
+        "overlap_moe_expert_parallel_comm": opt.overlap_moe_expert_parallel_comm,
+    }
+    if not model.is_hybrid:
+        kwargs["moe_layer_freq"] = [int(x) for x in model.moe_layer_pattern()]
+    if model.shared_ffn:
+        kwargs["moe_shared_expert_intermediate_size"] = model.shared_ffn
+    if model.moe_router_num_groups:
         kwargs.update(
-            num_moe_experts=model.num_moe_experts,
-            moe_ffn_hidden_size=model.expert_ffn,
-            moe_router_topk=model.moe_router_topk,
-            moe_grouped_gemm=True,
-            overlap_moe_expert_parallel_comm=opt.overlap_moe_expert_parallel_comm,
+            moe_router_num_groups=model.moe_router_num_groups, moe_router_group_topk=model.moe_router_group_topk
         )
-        if not model.is_hybrid:
-            kwargs["moe_layer_freq"] = [int(x) for x in model.moe_layer_pattern()]
-        if model.shared_ffn:
-            kwargs["moe_shared_expert_intermediate_size"] = model.shared_ffn
-        if model.moe_router_num_groups:
-            kwargs.update(
-                moe_router_num_groups=model.moe_router_num_groups, moe_router_group_topk=model.moe_router_group_topk
-            )
-        if model.moe_router_enable_expert_bias:
-            kwargs.update(moe_router_enable_expert_bias=True, moe_router_score_function="sigmoid")
-        if model.moe_router_topk == 1:
-            kwargs["moe_router_pre_softmax"] = True
-        if opt.dispatcher in ("deepep", "hybridep"):
-            kwargs["moe_token_dispatcher_type"] = "flex"
-        else:
-            kwargs["moe_token_dispatcher_type"] = opt.dispatcher
-    if model.mtp_num_layers:
-        kwargs["mtp_num_layers"] = model.mtp_num_layers
-    if opt.recompute_granularity == "selective":
-        kwargs.update(recompute_granularity="selective", recompute_modules=sorted(opt.recompute_modules))
-    elif opt.recompute_granularity == "full":
-        kwargs.update(
-            recompute_granularity="full",
-            recompute_method=opt.recompute_method,
-            recompute_num_layers=opt.recompute_num_layers,
-        )
-    return ("MLATransformerConfig" if model.multi_latent_attention else "TransformerConfig"), kwargs
+    if model.moe_router_enable_expert_bias:
+        kwargs.update(moe_router_enable_expert_bias=True, moe_router_score_function="sigmoid")
+    if model.moe_router_topk == 1:
+        kwargs["moe_router_pre_softmax"] = True
+    if opt.dispatcher in ("deepep", "hybridep"):
+        kwargs["moe_token_dispatcher_type"] = "flex"
+    else:
+        kwargs["moe_token_dispatcher_type"] = opt.dispatcher
+    return kwargs

@@ -3,7 +3,9 @@ megatron/training/arguments.py)."""
 
 from __future__ import annotations
 
+from lcmoe.layout import ParallelLayout
 from lcmoe.run import RunConfig
+from lcmoe.workload import TrainingOptions
 
 _FP8_RECIPE = {"fp8-tensorwise": "tensorwise", "fp8-delayed": "delayed", "fp8-blockwise": "blockwise", "mxfp8": "mxfp8"}
 
@@ -18,7 +20,8 @@ def megatron_lm_text(run: RunConfig) -> str:
 
 
 def megatron_lm_args(run: RunConfig) -> list[str]:
-    lay, opt, model = run.layout, run.options, run.model
+    """The ``pretrain_gpt.py`` flags that realise ``run``, in a fixed order."""
+    lay, opt = run.layout, run.options
     args = [
         f"--tensor-model-parallel-size={lay.tp}",
         f"--pipeline-model-parallel-size={lay.pp}",
@@ -37,6 +40,28 @@ def megatron_lm_args(run: RunConfig) -> list[str]:
         "--hidden-dropout=0.0",
         "--attention-dropout=0.0",
     ]
+    args += _layout_args(lay)
+    args += _precision_args(opt)
+    args += _recompute_args(opt)
+    if run.model.is_moe:
+        args += _moe_args(run)
+    args += _cuda_graph_args(opt)
+    args += _optimizer_args(opt)
+    if opt.doc_lengths is not None:
+        # Per-document attention masks from the document boundaries (arguments.py, dataloader group).
+        args.append("--dataloader-inter-document-masking")
+    if opt.optimizer_offload_fraction > 0:
+        args += [
+            "--optimizer-cpu-offload",
+            f"--optimizer-offload-fraction={opt.optimizer_offload_fraction}",
+            "--overlap-cpu-optimizer-d2h-h2d",
+        ]
+    return args
+
+
+def _layout_args(lay: ParallelLayout) -> list[str]:
+    """Sequence parallel, the CP exchange and the pipeline layout (or plain VPP)."""
+    args = []
     if lay.sequence_parallel and lay.tp > 1:
         args.append("--sequence-parallel")
     if lay.cp > 1:
@@ -47,6 +72,12 @@ def megatron_lm_args(run: RunConfig) -> list[str]:
         args.append(f"--pipeline-model-parallel-layout={lay.pipeline_layout}")
     elif lay.vpp > 1:
         args.append(f"--num-virtual-stages-per-pipeline-rank={lay.vpp}")
+    return args
+
+
+def _precision_args(opt: TrainingOptions) -> list[str]:
+    """The FP8 or FP4 format and recipe, and quantized parameters (BF16 needs no flag here)."""
+    args = []
     if opt.precision in _FP8_RECIPE:
         args += [
             "--fp8-format=e4m3" if opt.precision in ("mxfp8", "fp8-blockwise") else "--fp8-format=hybrid",
@@ -58,39 +89,56 @@ def megatron_lm_args(run: RunConfig) -> list[str]:
         args += ["--fp4-format=e2m1", "--fp4-recipe=nvfp4"]
         if opt.quantized_params:
             args.append("--fp4-param-gather")
+    return args
+
+
+def _recompute_args(opt: TrainingOptions) -> list[str]:
     if opt.recompute_granularity == "selective":
-        args += ["--recompute-granularity=selective", "--recompute-modules", *sorted(opt.recompute_modules)]
-    elif opt.recompute_granularity == "full":
-        args += [
+        return ["--recompute-granularity=selective", "--recompute-modules", *sorted(opt.recompute_modules)]
+    if opt.recompute_granularity == "full":
+        return [
             "--recompute-granularity=full",
             f"--recompute-method={opt.recompute_method}",
             f"--recompute-num-layers={opt.recompute_num_layers}",
         ]
-    if model.is_moe:
-        args += [
-            f"--num-experts={model.num_moe_experts}",
-            f"--moe-router-topk={model.moe_router_topk}",
-            "--moe-grouped-gemm",
-            "--moe-router-dtype=fp32",
-        ]
-        if opt.dispatcher in ("deepep", "hybridep"):
-            args += ["--moe-token-dispatcher-type=flex", f"--moe-flex-dispatcher-backend={opt.dispatcher}"]
-        else:
-            args.append(f"--moe-token-dispatcher-type={opt.dispatcher}")
-        if opt.overlap_moe_expert_parallel_comm:
-            args.append("--overlap-moe-expert-parallel-comm")
-    if opt.cuda_graph_scope:
-        if "full_iteration" in opt.cuda_graph_scope:
-            args += ["--cuda-graph-impl=local", "--cuda-graph-scope=full_iteration"]
-        else:
-            args += [
-                "--cuda-graph-impl=transformer_engine",
-                "--cuda-graph-scope",
-                *sorted(opt.cuda_graph_scope),
-                "--te-rng-tracker",
-            ]
+    return []
+
+
+def _moe_args(run: RunConfig) -> list[str]:
+    """The experts, the router's dtype, the token dispatcher and EP overlap."""
+    model, opt = run.model, run.options
+    args = [
+        f"--num-experts={model.num_moe_experts}",
+        f"--moe-router-topk={model.moe_router_topk}",
+        "--moe-grouped-gemm",
+        "--moe-router-dtype=fp32",
+    ]
+    if opt.dispatcher in ("deepep", "hybridep"):
+        args += ["--moe-token-dispatcher-type=flex", f"--moe-flex-dispatcher-backend={opt.dispatcher}"]
+    else:
+        args.append(f"--moe-token-dispatcher-type={opt.dispatcher}")
+    if opt.overlap_moe_expert_parallel_comm:
+        args.append("--overlap-moe-expert-parallel-comm")
+    return args
+
+
+def _cuda_graph_args(opt: TrainingOptions) -> list[str]:
+    if not opt.cuda_graph_scope:
+        return []
+    if "full_iteration" in opt.cuda_graph_scope:
+        return ["--cuda-graph-impl=local", "--cuda-graph-scope=full_iteration"]
+    return [
+        "--cuda-graph-impl=transformer_engine",
+        "--cuda-graph-scope",
+        *sorted(opt.cuda_graph_scope),
+        "--te-rng-tracker",
+    ]
+
+
+def _optimizer_args(opt: TrainingOptions) -> list[str]:
+    """A precision-aware optimizer's dtypes, or a BF16 gradient buffer with the plain one."""
     if opt.precision_aware_optimizer:
-        args += [
+        args = [
             "--use-precision-aware-optimizer",
             f"--main-grads-dtype={opt.main_grads_dtype}",
             f"--exp-avg-dtype={opt.exp_avg_dtype}",
@@ -98,17 +146,9 @@ def megatron_lm_args(run: RunConfig) -> list[str]:
         ]
         if opt.main_params_dtype != "fp32":
             args.append(f"--main-params-dtype={opt.main_params_dtype}")
-    elif opt.main_grads_dtype == "bf16":
+        return args
+    if opt.main_grads_dtype == "bf16":
         # A BF16 gradient buffer with the plain optimizer (arguments.py: grad_reduce_in_bf16 turns
         # accumulate_allreduce_grads_in_fp32 off).
-        args.append("--grad-reduce-in-bf16")
-    if opt.doc_lengths is not None:
-        # Per-document attention masks from the document boundaries (arguments.py, dataloader group).
-        args.append("--dataloader-inter-document-masking")
-    if opt.optimizer_offload_fraction > 0:
-        args += [
-            "--optimizer-cpu-offload",
-            f"--optimizer-offload-fraction={opt.optimizer_offload_fraction}",
-            "--overlap-cpu-optimizer-d2h-h2d",
-        ]
-    return args
+        return ["--grad-reduce-in-bf16"]
+    return []
