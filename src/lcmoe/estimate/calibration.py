@@ -121,8 +121,8 @@ def _golden(f: Any, low: float, high: float, iterations: int = 40) -> float:
     return (a + b) / 2
 
 
-def calibrate(measured: Sequence[MeasuredRun], base: TimeCoefficients | None = None) -> Calibration:
-    """Fit group scales to ``measured`` (one hardware family)."""
+def measured_architecture(measured: Sequence[MeasuredRun]) -> str:
+    """The one hardware family of ``measured`` (a calibration is one cluster's)."""
     if not measured:
         raise LcmoeError("LOG", None, "gave no measured step time", "pass logs with iteration lines")
     families = {m.run.hardware.architecture for m in measured}
@@ -130,12 +130,15 @@ def calibrate(measured: Sequence[MeasuredRun], base: TimeCoefficients | None = N
         raise LcmoeError(
             "LOG", ", ".join(sorted(families)), "mixes hardware families", "calibrate one cluster at a time"
         )
-    architecture = families.pop()
-    base = base or shipped_time_coefficients(architecture)
-    amounts = [time_amounts(m.run) for m in measured]
-    steps = [m.step_seconds for m in measured]
-    distinct = len({(m.run.model.name, m.run.layout, m.run.options) for m in measured})
-    names = ["compute", "communication"] if distinct >= 2 else ["all"]
+    return families.pop()
+
+
+def fitted_group_scales(
+    amounts: Sequence[RunAmounts], steps: Sequence[float], base: TimeCoefficients, names: list[str]
+) -> dict[str, float]:
+    """Each GROUPS scale (one shared ``all`` scale when ``names`` is ["all"]) minimising the runs'
+    log misfit (RUN_SIGMA) plus a prior pull to 1 (CLUSTER_SIGMA), by golden-section search per
+    scale in log space, four sweeps when there are two scales."""
     log_scales = dict.fromkeys(names, 0.0)
 
     def expand(values: dict[str, float]) -> dict[str, float]:
@@ -155,7 +158,18 @@ def calibrate(measured: Sequence[MeasuredRun], base: TimeCoefficients | None = N
                 return objective({**log_scales, name: x})
 
             log_scales[name] = _golden(along, -LOG_SCALE_LIMIT, LOG_SCALE_LIMIT)
-    scales = expand(log_scales)
+    return expand(log_scales)
+
+
+def calibrate(measured: Sequence[MeasuredRun], base: TimeCoefficients | None = None) -> Calibration:
+    """Fit group scales to ``measured`` (one hardware family): one ``all`` scale from a single
+    distinct run, compute and communication apart from two or more (``fitted_group_scales``)."""
+    architecture = measured_architecture(measured)
+    base = base or shipped_time_coefficients(architecture)
+    amounts = [time_amounts(m.run) for m in measured]
+    steps = [m.step_seconds for m in measured]
+    distinct = len({(m.run.model.name, m.run.layout, m.run.options) for m in measured})
+    scales = fitted_group_scales(amounts, steps, base, ["compute", "communication"] if distinct >= 2 else ["all"])
     fitted = scaled(base, scales)
     after = [combine(a, fitted).step_seconds for a in amounts]
     before = [combine(a, base).step_seconds for a in amounts]
