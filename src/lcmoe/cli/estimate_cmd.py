@@ -71,6 +71,8 @@ def estimate(
     optimizer_offload: float = typer.Option(
         0.0, "--optimizer-offload", min=0.0, max=1.0, help="fraction of optimizer state on the host"
     ),
+    offload_modules: str | None = ro.OFFLOAD_MODULES,
+    activation_offload_fraction: float = ro.OFFLOAD_FRACTION,
     dispatcher: str = ro.DISPATCHER,
     cuda_graph: str = ro.CUDA_GRAPH,
     ep_overlap: bool = typer.Option(
@@ -177,6 +179,8 @@ def estimate(
             peft=ro.peft_options(peft, lora_rank, lora_targets, lora_input_regather),
             doc_lengths=doc_lengths,
             hierarchical_cp_sizes=hierarchical_cp_sizes,
+            offload_modules=offload_modules,
+            activation_offload_fraction=activation_offload_fraction,
         )
         run = _with_knobs(run, ep_overlap=ep_overlap, main_grads_dtype=main_grads_dtype)
     _estimate_and_print(
