@@ -264,6 +264,14 @@ class TrainingOptions:
             "input_regather": self.lora_input_regather,
         }
 
+    def activation_offload_summary(self) -> dict[str, object]:
+        """``{"activation_offload": {modules, fraction}}`` as the JSON outputs spell it, or {} when
+        off: outputs without offloading keep their keys."""
+        if not self.activation_offload_modules:
+            return {}
+        modules = sorted(self.activation_offload_modules)
+        return {"activation_offload": {"modules": modules, "fraction": self.activation_offload_fraction}}
+
     def recomputes(self, module: str) -> bool:
         return self.recompute_granularity == "selective" and module in self.recompute_modules
 
@@ -300,7 +308,8 @@ def _check_single_fields(o: TrainingOptions) -> None:
         raise LcmoeError(
             "activation_offload_modules",
             ",".join(sorted(unknown_offload)),
-            "are not Megatron offload modules (transformer_config.py:1854-1867)",
+            "are not offload modules lcmoe models "
+            "(Megatron-Core's, transformer_config.py:1854-1867, less fused_group_mlp)",
             f"use {', '.join(sorted(ACTIVATION_OFFLOAD_MODULES))}",
         )
     if o.dispatcher not in DISPATCHERS:

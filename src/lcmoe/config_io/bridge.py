@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import yaml
 
+from lcmoe.config_io.activation_offload import bridge_offload_options, bridge_offload_overrides
 from lcmoe.errors import LcmoeError
 from lcmoe.layout import ParallelLayout, read_hierarchical_sizes
 from lcmoe.run import RunConfig, derive_dp
@@ -314,6 +315,7 @@ def overrides_from_run(run: RunConfig) -> dict[str, Any]:
         out["optimizer.optimizer_cpu_offload"] = True
         out["optimizer.optimizer_offload_fraction"] = opt.optimizer_offload_fraction
         out["optimizer.overlap_cpu_optimizer_d2h_h2d"] = True
+    out.update(bridge_offload_overrides(opt))
     if opt.doc_lengths is not None:
         # One attention mask per document: GPTDataset returns cu_seqlens of the document
         # boundaries inside each sample (mcore datasets/gpt_dataset.py:80-82, 287-333), which
@@ -490,6 +492,7 @@ def run_from_overrides(
             config_key="dataset.inter_document_masking",
         ),
         **_peft_fields(values),
+        **bridge_offload_options(values, _list(_get(values, "model.offload_modules"))),
     )
     return RunConfig(model, hardware, layout, options)
 
