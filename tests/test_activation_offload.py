@@ -288,3 +288,43 @@ def test_bridge_and_megatron_core_run_the_emitted_offload(tmp_path: Path) -> Non
     assert not results["offload/no-env"]["ok"] and "NVTE_CPU_OFFLOAD_V1" in results["offload/no-env"]["error"]
     lone_error = results["offload/attn-proj-alone"]
     assert not lone_error["ok"] and "attn_proj cannot be set to offload_modules alone" in lone_error["error"]
+
+
+# ----- the planner: one offloading rung at 128K+, where memory is tight -------------------------
+def test_offload_rung_only_from_128k() -> None:
+    from lcmoe.catalog import load_model
+    from lcmoe.plan.candidates import activation_offload_rung
+
+    dsv3 = load_model("deepseek-v3")
+    assert activation_offload_rung(dsv3, 65536) is None
+    rung = activation_offload_rung(dsv3, 131072)
+    assert rung == (
+        "selective",
+        frozenset({"layernorm", "mla_up_proj", "mlp", "moe_act"}),
+        frozenset({"core_attn", "attn_proj", "expert_fc1"}),
+    )
+
+
+def test_planner_offloads_where_only_heavier_recompute_fits() -> None:
+    """DeepSeek-V3 at 256K on 512 H100, TP 4 CP 16 EP 64 PP 4 VPP 4 (a plan of `lcmoe plan -m
+    deepseek-v3 -n 512 -s 256k`): without offloading the widest moe_act rung peaks at ~103 GiB, and
+    offloading expert FC1's and core attention's inputs brings it to ~72 GiB, faster than full
+    recompute; below 128K the rung is never tried."""
+    from lcmoe.catalog import load_hardware, load_model
+    from lcmoe.estimate.memory import staged_layout
+    from lcmoe.plan.fitting import first_fitting
+    from lcmoe.plan.judge import judge_for
+    from lcmoe.plan.plans import PlanRequest
+
+    run = make_run("deepseek-v3", seq_len=262144, tp=4, cp=16, ep=64, pp=4, vpp=4, gpus=512, gbs=64)
+    run = with_options(run, precision="fp8-blockwise", dispatcher="hybridep")
+    request = PlanRequest(model=load_model("deepseek-v3"), hardware=load_hardware("h100"), num_gpus=512, seq_len=262144)
+    plan = first_fitting(request, run, staged_layout(run.model, run.layout), judge_for("0.19.2"))
+    assert plan is not None and plan.memory.fits()
+    assert plan.run.options.activation_offload_modules == frozenset({"core_attn", "attn_proj", "expert_fc1"})
+    assert plan.time.breakdown["activation_offload"] > 0
+    never = PlanRequest(
+        model=request.model, hardware=request.hardware, num_gpus=512, seq_len=262144, allow_offload=False
+    )
+    kept = first_fitting(never, run, staged_layout(run.model, run.layout), judge_for("0.19.2"))
+    assert kept is None or not kept.run.options.activation_offload_modules
