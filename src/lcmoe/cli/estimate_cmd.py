@@ -333,7 +333,8 @@ def render_estimate(result: dict[str, Any], *, quiet: bool = False) -> None:
         table.add_row(f"[bold]{label}[/]", *(_gib(s[total]) for s in stages))
     stdout.print(table)
     if memory["host_bytes_per_gpu"]:
-        stdout.print(f"host memory per GPU (offloaded optimizer): {_gib(memory['host_bytes_per_gpu'])} GiB")
+        what = "optimizer and activations" if result["inputs"].get("activation_offload") else "optimizer"
+        stdout.print(f"host memory per GPU (offloaded {what}): {_gib(memory['host_bytes_per_gpu'])} GiB")
     time = result.get("time")
     if time:
         render_time(time)
