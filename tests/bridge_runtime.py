@@ -207,6 +207,31 @@ def registered_precisions(names: list[str]) -> dict[str, dict[str, Any]]:
     return {name: _precision_fields(get_mixed_precision_config(name)) for name in names}
 
 
+@contextlib.contextmanager
+def _case_environment(case: dict[str, Any]) -> Any:
+    """The case's ``env`` (what the plan's launcher exports) and, with ``te_gate``, Bridge's own
+    TE version checks answered as ``TE_VERSION`` (its validators import megatron.core.utils'
+    is_te_min_version, which says 0.0.0 without TE: e.g. the NVTE_CPU_OFFLOAD_V1 gate of
+    fine-grained activation offloading, config.py:2053-2059); both undone afterwards."""
+    import megatron.core.utils as mcore_utils
+    from packaging.version import Version
+
+    saved_env = {name: os.environ.get(name) for name in case.get("env", {})}
+    saved_gate = mcore_utils.is_te_min_version
+    os.environ.update(case.get("env", {}))
+    if case.get("te_gate"):
+        mcore_utils.is_te_min_version = lambda version, check_equality=True: Version(TE_VERSION) >= Version(version)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        mcore_utils.is_te_min_version = saved_gate  # type: ignore[assignment]
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def check_case(case: dict[str, Any]) -> dict[str, Any]:
     import megatron.bridge.recipes as recipes
     from megatron.bridge.training.config import runtime_config_update
@@ -228,7 +253,8 @@ def check_case(case: dict[str, Any]) -> dict[str, Any]:
         os.environ["WORLD_SIZE"] = str(case["world_size"])
         stage = "runtime_config_update"
         cfg = copy.deepcopy(cfg)  # validate() mutates and is not idempotent after a failure
-        runtime_config_update(cfg)
+        with _case_environment(case):
+            runtime_config_update(cfg)
         if case.get("dump_yaml"):
             cfg.to_yaml(case["dump_yaml"])  # what logger.save_config_filepath writes (setup.py)
         result.update(

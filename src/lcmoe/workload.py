@@ -26,6 +26,11 @@ PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8-tensorwise", "fp8-delayed", 
 # Selective-recompute modules Megatron-Core accepts (transformer_config.py recompute_modules).
 RECOMPUTE_MODULES = frozenset({"core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts"})
 DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep")
+# Megatron-Core's offload_modules (transformer_config.py:1854-1863) less ``fused_group_mlp``, which
+# needs the TE op fuser (use_transformer_engine_op_fuser, :1895-1897) that lcmoe does not model.
+ACTIVATION_OFFLOAD_MODULES = frozenset(
+    {"attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act"}
+)
 CUDA_GRAPH_SCOPES = frozenset({"attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration"})
 # Precisions whose Bridge mixed-precision recipe keeps quantized parameters: fp8_param_gather=True
 # for current scaling, delayed scaling and MXFP8, fp4_param_gather=True for NVFP4; the blockwise
@@ -71,7 +76,7 @@ _INT_RANGES = {
     "lora_rank": (0, 1_000_000),
 }
 # Fractions in [0, 1]: dropout probabilities and the optimizer share kept on the host.
-_FRACTIONS = ("optimizer_offload_fraction", "hidden_dropout", "attention_dropout")
+_FRACTIONS = ("optimizer_offload_fraction", "activation_offload_fraction", "hidden_dropout", "attention_dropout")
 
 
 @functools.cache
@@ -170,7 +175,11 @@ class TrainingOptions:
     recompute_modules: frozenset[str] = field(default_factory=frozenset)
     recompute_method: RecomputeMethod = "uniform"
     recompute_num_layers: int = 1
+    # Fine-grained activation offloading (mcore ``fine_grained_activation_offloading`` on when
+    # ``activation_offload_modules`` is non-empty; ``offload_modules``, ``activation_offload_fraction``:
+    # transformer_config.py:1229-1265).
     activation_offload_modules: frozenset[str] = field(default_factory=frozenset)
+    activation_offload_fraction: float = 1.0
     attention_backend: Literal["auto", "flash", "fused", "unfused"] = "auto"
     # Deterministic algorithms (Megatron ``--deterministic-mode`` / NVTE_ALLOW_NONDETERMINISTIC_ALGO=0)
     # narrow the kernels TE may pick; whether flash-attn (>= 2.4.1) is installed is a property of
@@ -255,6 +264,14 @@ class TrainingOptions:
             "input_regather": self.lora_input_regather,
         }
 
+    def activation_offload_summary(self) -> dict[str, object]:
+        """``{"activation_offload": {modules, fraction}}`` as the JSON outputs spell it, or {} when
+        off: outputs without offloading keep their keys."""
+        if not self.activation_offload_modules:
+            return {}
+        modules = sorted(self.activation_offload_modules)
+        return {"activation_offload": {"modules": modules, "fraction": self.activation_offload_fraction}}
+
     def recomputes(self, module: str) -> bool:
         return self.recompute_granularity == "selective" and module in self.recompute_modules
 
@@ -285,6 +302,15 @@ def _check_single_fields(o: TrainingOptions) -> None:
             ",".join(sorted(unknown)),
             "are not Megatron recompute modules",
             f"use {', '.join(sorted(RECOMPUTE_MODULES))}",
+        )
+    unknown_offload = set(o.activation_offload_modules) - ACTIVATION_OFFLOAD_MODULES
+    if unknown_offload:
+        raise LcmoeError(
+            "activation_offload_modules",
+            ",".join(sorted(unknown_offload)),
+            "are not offload modules lcmoe models "
+            "(Megatron-Core's, transformer_config.py:1854-1867, less fused_group_mlp)",
+            f"use {', '.join(sorted(ACTIVATION_OFFLOAD_MODULES))}",
         )
     if o.dispatcher not in DISPATCHERS:
         raise LcmoeError(

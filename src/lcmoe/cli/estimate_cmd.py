@@ -71,6 +71,8 @@ def estimate(
     optimizer_offload: float = typer.Option(
         0.0, "--optimizer-offload", min=0.0, max=1.0, help="fraction of optimizer state on the host"
     ),
+    offload_modules: str | None = ro.OFFLOAD_MODULES,
+    activation_offload_fraction: float = ro.OFFLOAD_FRACTION,
     dispatcher: str = ro.DISPATCHER,
     cuda_graph: str = ro.CUDA_GRAPH,
     ep_overlap: bool = typer.Option(
@@ -203,6 +205,8 @@ def _run_from_flags(params: dict[str, Any], given: list[str]) -> Any:
         ),
         doc_lengths=params["doc_lengths"],
         hierarchical_cp_sizes=params["hierarchical_cp_sizes"],
+        offload_modules=params["offload_modules"],
+        activation_offload_fraction=params["activation_offload_fraction"],
     )
     return _with_knobs(run, ep_overlap=params["ep_overlap"], main_grads_dtype=main_grads_dtype)
 
@@ -346,7 +350,8 @@ def render_estimate(result: dict[str, Any], *, quiet: bool = False) -> None:
         table.add_row(f"[bold]{label}[/]", *(_gib(s[total]) for s in stages))
     stdout.print(table)
     if memory["host_bytes_per_gpu"]:
-        stdout.print(f"host memory per GPU (offloaded optimizer): {_gib(memory['host_bytes_per_gpu'])} GiB")
+        what = "optimizer and activations" if result["inputs"].get("activation_offload") else "optimizer"
+        stdout.print(f"host memory per GPU (offloaded {what}): {_gib(memory['host_bytes_per_gpu'])} GiB")
     time = result.get("time")
     if time:
         render_time(time)

@@ -87,6 +87,13 @@ class Peft(_Open):
     targets: list[str]
 
 
+class ActivationOffload(_Open):
+    """Fine-grained activation offloading (Megatron-Core offload_modules, activation_offload_fraction)."""
+
+    modules: list[str]
+    fraction: float
+
+
 class DocLengths(_Open):
     """The packed documents' histogram (``--doc-lengths``) and its expectations at seq_len."""
 
@@ -138,6 +145,9 @@ class Plan(_Open):
     time: Time
     reasons: list[Reason]
     packing: Packing | None = Field(default=None, description="only with --doc-lengths")
+    activation_offload: ActivationOffload | None = Field(
+        default=None, description="only with fine-grained activation offloading"
+    )
 
 
 class PlanInputs(_Open):
@@ -194,6 +204,7 @@ class EstimateInputs(_Open):
     main_grads_dtype: Literal["fp32", "bf16"]
     overlap_moe_expert_parallel_comm: bool
     doc_lengths: DocLengths | None = Field(default=None, description="only with --doc-lengths")
+    activation_offload: ActivationOffload | None = Field(default=None, description="only with --offload-modules")
 
 
 class EstimateDocument(_Open):

@@ -13,7 +13,15 @@ import typer
 from lcmoe.cli.common import resolve_hardware, resolve_model
 from lcmoe.errors import LcmoeError
 from lcmoe.run import RunConfig
-from lcmoe.workload import CUDA_GRAPH_SCOPES, DISPATCHERS, LORA_TARGETS, PRECISIONS, RECOMPUTE_MODULES, lora_fields
+from lcmoe.workload import (
+    ACTIVATION_OFFLOAD_MODULES,
+    CUDA_GRAPH_SCOPES,
+    DISPATCHERS,
+    LORA_TARGETS,
+    PRECISIONS,
+    RECOMPUTE_MODULES,
+    lora_fields,
+)
 
 if TYPE_CHECKING:
     from lcmoe.estimate.time import TimeCoefficients
@@ -158,6 +166,20 @@ HIERARCHICAL_CP_SIZES = typer.Option(
     "--hierarchical-context-parallel-sizes",
     help="A2A,P2P: a2a+p2p CP's group sizes, a2a first, product = CP (default with --cp-comm-type a2a+p2p: "
     "the largest a2a group inside one NVLink domain that divides the heads per TP rank)",
+)
+OFFLOAD_MODULES = typer.Option(
+    None,
+    "--offload-modules",
+    help="comma list of modules whose inputs fine-grained activation offloading moves to the host "
+    "(Megatron-Core offload_modules): " + ", ".join(sorted(ACTIVATION_OFFLOAD_MODULES)),
+    autocompletion=complete_list(sorted(ACTIVATION_OFFLOAD_MODULES)),
+)
+OFFLOAD_FRACTION = typer.Option(
+    1.0,
+    "--activation-offload-fraction",
+    min=0.0,
+    max=1.0,
+    help="share of the eligible offload groups offloaded (Megatron-Core activation_offload_fraction)",
 )
 PRECISION_LIST = typer.Option(
     None,
@@ -308,6 +330,8 @@ class RunKnobs:
     peft: dict[str, Any] | None = None  # TrainingOptions' peft / lora_* fields (peft_options)
     doc_lengths: str | None = None  # --doc-lengths as typed (None: fixed length)
     hierarchical_cp_sizes: str | None = None  # --hierarchical-cp-sizes as typed (None: the default split)
+    offload_modules: str | None = None  # --offload-modules as typed (None: no activation offloading)
+    activation_offload_fraction: float = 1.0
 
 
 def build_run(**knobs: Any) -> RunConfig:
@@ -372,9 +396,18 @@ def run_from_knobs(knobs: RunKnobs) -> RunConfig:
         moe_token_imbalance=knobs.moe_imbalance,
         expandable_segments=knobs.expandable_segments,
         doc_lengths=load_doc_lengths(knobs.doc_lengths) if knobs.doc_lengths else None,
+        activation_offload_modules=offload_modules_of(knobs.offload_modules),
+        activation_offload_fraction=knobs.activation_offload_fraction,
         **(knobs.peft or {}),
     )
     return RunConfig(spec, hardware, layout, options)
+
+
+def offload_modules_of(text: str | None) -> frozenset[str]:
+    """``--offload-modules`` as a set (``none`` or nothing: no offloading); unknown names are
+    refused by ``TrainingOptions``."""
+    names = frozenset(n.strip() for n in (text or "").split(",") if n.strip())
+    return frozenset() if names <= {"none"} else names
 
 
 def _hierarchical_sizes(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from lcmoe.config_io.activation_offload import bridge_offload_options
 from lcmoe.config_io.bridge_precision import MIXED_PRECISION, PRECISION_OF_MIXED, precision_of_fields
 from lcmoe.config_io.bridge_syntax import parse_fields
 from lcmoe.errors import LcmoeError
@@ -67,6 +68,7 @@ def run_from_overrides(
             config_key="dataset.inter_document_masking",
         ),
         **_peft_fields(values),
+        **bridge_offload_options(values, _list(_get(values, "model.offload_modules"))),
     )
     return RunConfig(model, hardware, layout, options)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lcmoe.config_io.activation_offload import bridge_offload_overrides
 from lcmoe.config_io.bridge_precision import mixed_precision_override
 from lcmoe.config_io.bridge_recipes import ep_overlap_key
 from lcmoe.layout import ParallelLayout
@@ -150,4 +151,5 @@ def _optimizer(opt: TrainingOptions) -> dict[str, Any]:
         out["optimizer.optimizer_cpu_offload"] = True
         out["optimizer.optimizer_offload_fraction"] = opt.optimizer_offload_fraction
         out["optimizer.overlap_cpu_optimizer_d2h_h2d"] = True
+    out.update(bridge_offload_overrides(opt))
     return out

@@ -11,6 +11,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from lcmoe.config_io.activation_offload import megatron_offload_options
 from lcmoe.errors import LcmoeError
 from lcmoe.layout import ParallelLayout, read_hierarchical_sizes
 from lcmoe.specs.doc_lengths import DocLengths
@@ -313,9 +314,6 @@ def options_from_args(args: dict[str, Any], *, doc_lengths: DocLengths | None = 
         recompute_modules=frozenset(modules),
         recompute_method="block" if method == "block" else "uniform",
         recompute_num_layers=_int(args, "recompute-num-layers", 1) or 1,
-        activation_offload_modules=frozenset(args.get("offload-modules") or [])
-        if args.get("fine-grained-activation-offloading")
-        else frozenset(),
         attention_backend=backend if backend in ("flash", "fused", "unfused") else "auto",  # type: ignore[arg-type]
         deterministic=_switch(args, "deterministic-mode"),
         hidden_dropout=_float(args, "hidden-dropout", 0.1),
@@ -332,6 +330,7 @@ def options_from_args(args: dict[str, Any], *, doc_lengths: DocLengths | None = 
             _int(args, "seq-length", 4096) or 4096,
             config_key="--dataloader-inter-document-masking",
         ),
+        **megatron_offload_options(args),
     )
 
 

@@ -121,6 +121,7 @@ def run_from_plan(doc: dict[str, Any], *, index: int = 0, hardware: HardwareSpec
             overlap_moe_expert_parallel_comm=_flag(entry, "overlap_moe_expert_parallel_comm"),
             doc_lengths=plan_doc_lengths(inputs.get("doc_lengths")),
             **_peft(entry.get("peft")),
+            **_activation_offload(entry.get("activation_offload")),
         )
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise LcmoeError(
@@ -181,6 +182,16 @@ def plan_doc_lengths(doc: Any) -> DocLengths | None:
         pairs,
         source=source if isinstance(source, str) else "",
     )
+
+
+def _activation_offload(doc: dict[str, Any] | None) -> dict[str, Any]:
+    """TrainingOptions' offload fields from a plan entry's ``activation_offload`` (absent: off)."""
+    if not doc:
+        return {}
+    if not isinstance(doc, dict):
+        raise TypeError("activation_offload must be a mapping")
+    fraction = real_number(doc.get("fraction", 1.0), field="plan activation_offload.fraction", fix="re-run lcmoe plan")
+    return {"activation_offload_modules": _texts(doc, "modules"), "activation_offload_fraction": fraction}
 
 
 def _peft(doc: dict[str, Any] | None) -> dict[str, Any]:

@@ -22,4 +22,9 @@ def environment(run: RunConfig) -> dict[str, tuple[str, str]]:
         env["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] = (str(ranks), "HybridEP's intra-domain rank count")
     if opt.optimizer_offload_fraction > 0 and hw.host_link_kind == "nvlink-c2c":
         env["NCCL_NET_GDR_C2C"] = ("1", "GPUDirect over NVLink-C2C for the optimizer offload copies")
+    if opt.activation_offload_modules:
+        env["NVTE_CPU_OFFLOAD_V1"] = (
+            "1",
+            "Bridge refuses fine-grained activation offloading on TE >= 2.10 without it (training/config.py:2053-2059)",
+        )
     return env

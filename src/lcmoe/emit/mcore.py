@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lcmoe.config_io.activation_offload import mcore_offload_kwargs
 from lcmoe.run import RunConfig
 from lcmoe.specs.model import ModelSpec
 from lcmoe.workload import TrainingOptions
@@ -57,6 +58,7 @@ def transformer_config_kwargs(run: RunConfig) -> tuple[str, dict[str, Any]]:
             recompute_method=opt.recompute_method,
             recompute_num_layers=opt.recompute_num_layers,
         )
+    kwargs.update(mcore_offload_kwargs(opt))
     return ("MLATransformerConfig" if model.multi_latent_attention else "TransformerConfig"), kwargs
 
 

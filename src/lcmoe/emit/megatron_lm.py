@@ -3,6 +3,7 @@ megatron/training/arguments.py)."""
 
 from __future__ import annotations
 
+from lcmoe.config_io.activation_offload import megatron_offload_args
 from lcmoe.layout import ParallelLayout
 from lcmoe.run import RunConfig
 from lcmoe.workload import TrainingOptions
@@ -56,6 +57,7 @@ def megatron_lm_args(run: RunConfig) -> list[str]:
             f"--optimizer-offload-fraction={opt.optimizer_offload_fraction}",
             "--overlap-cpu-optimizer-d2h-h2d",
         ]
+    args += megatron_offload_args(opt)
     return args
 
 

@@ -27,6 +27,7 @@ def estimate_run(run: RunConfig, coefficients: TimeCoefficients | None = None) -
             "cuda_graph_scope": sorted(run.options.cuda_graph_scope),
             "optimizer_offload_fraction": run.options.optimizer_offload_fraction,
             "peft": run.options.peft_summary(),
+            **run.options.activation_offload_summary(),
         },
         "layout": run.layout.as_dict(),
         "memory": memory.as_dict(),

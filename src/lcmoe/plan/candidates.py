@@ -187,6 +187,30 @@ def recompute_ladder(model: ModelSpec) -> list[tuple[RecomputeGranularity, froze
     return ladder
 
 
+# From this sequence length on the search tries fine-grained activation offloading (the guidance's
+# 128K+ regime, long-context-guidance.md LC-OFFLOAD-128K, where recompute alone gets expensive).
+ACTIVATION_OFFLOAD_MIN_SEQ = 131072
+
+
+def activation_offload_rung(
+    model: ModelSpec, seq_len: int
+) -> tuple[RecomputeGranularity, frozenset[str], frozenset[str]] | None:
+    """(granularity, recompute modules, offload modules) of the one offloading rung the search
+    tries, or None below ACTIVATION_OFFLOAD_MIN_SEQ: the ladder's widest selective rung that still
+    runs the experts' GEMMs once (``moe_act``, not ``moe``: Megatron-Core refuses expert offload
+    inside a recomputed MoE, L-AOFF-MOE-RECOMPUTE), offloading the largest inputs it keeps:
+    expert FC1's (the dispatched tokens) and core attention's Q, K, V and output, with attn_proj
+    (needs core_attn, L-AOFF-ATTN-PROJ)."""
+    if seq_len < ACTIVATION_OFFLOAD_MIN_SEQ:
+        return None
+    selective = [modules for granularity, modules in recompute_ladder(model) if granularity == "selective"]
+    base = [m for m in selective if "moe" not in m] if model.is_moe else selective
+    if not base:
+        return None
+    offload = {"core_attn", "attn_proj"} | ({"expert_fc1"} if model.is_moe else set())
+    return "selective", base[-1], frozenset(offload)
+
+
 def precisions_for(request: PlanRequest) -> tuple[str, ...]:
     if request.precisions:
         return request.precisions

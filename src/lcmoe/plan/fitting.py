@@ -33,7 +33,7 @@ from lcmoe.estimate.time import (
     time_amounts,
 )
 from lcmoe.layout import ParallelLayout
-from lcmoe.plan.candidates import OFFLOAD_FRACTIONS, dispatchers_for, recompute_ladder
+from lcmoe.plan.candidates import OFFLOAD_FRACTIONS, activation_offload_rung, dispatchers_for, recompute_ladder
 from lcmoe.plan.judge import Judge
 from lcmoe.plan.plans import Plan, PlanRequest
 from lcmoe.rules.context_parallel import sensible_hierarchical_sizes
@@ -307,6 +307,48 @@ def _offloaded_fit(
     return None
 
 
+def _activation_offloaded(
+    request: PlanRequest,
+    run: RunConfig,
+    staged: StagedLayout,
+    judge: Judge,
+    found: list[tuple[RunConfig, MemoryEstimate]],
+    memo: SearchMemo | None,
+) -> list[tuple[RunConfig, MemoryEstimate]]:
+    """The activation-offloading rung (``activation_offload_rung``) as one more candidate of
+    ``first_fitting`` where memory is tight: tried only when the climb found nothing that fits at
+    or below that rung's recompute without offloading anything, so layouts that fit without it
+    keep their plans; [] where it is illegal or does not fit (with optimizer offload if need be)."""
+    rung = activation_offload_rung(run.model, run.options.seq_len) if request.allow_offload else None
+    if rung is None:
+        return []
+    granularity, recompute, offload = rung
+    ladder = recompute_ladder(run.model)
+    depth = ladder.index((granularity, recompute))
+    for trial, _ in found:
+        opt = trial.options
+        rung_depth = ladder.index((opt.recompute_granularity, opt.recompute_modules))
+        if opt.optimizer_offload_fraction == 0 and rung_depth <= depth:
+            return []
+    options = copier(memo)(
+        run.options,
+        recompute_granularity=granularity,
+        recompute_modules=recompute,
+        activation_offload_modules=offload,
+        optimizer_offload_fraction=0.0,
+    )
+    trial = with_options(run, options)
+    if not judge.legal(trial):
+        return []
+    memory = probed_memory(request, trial, staged, 0, beyond_offload(request, trial), memo)
+    if memory is None:
+        return []
+    if memory.fits(request.memory_margin):
+        return [(trial, memory)]
+    offloaded = _offloaded_fit(request, trial, memory, staged, memo)
+    return [offloaded] if offloaded is not None else []
+
+
 def first_fitting(
     request: PlanRequest, run: RunConfig, staged: StagedLayout, judge: Judge, memo: SearchMemo | None = None
 ) -> Plan | None:
@@ -340,6 +382,7 @@ def first_fitting(
         found.append(offloaded)
         if len(found) >= 2:
             break
+    found += _activation_offloaded(request, run, staged, judge, found, memo)
     # max keeps the first of equal predictions, as the search always has.
     plans = [Plan(trial, memory, time_of(request, trial, staged, memo)) for trial, memory in found]
     return max(plans, key=lambda p: p.tokens_per_sec_per_gpu, default=None)

@@ -129,6 +129,7 @@ class Plan:
             "precision_aware_optimizer": opt.precision_aware_optimizer,
             "main_grads_dtype": opt.main_grads_dtype,
             "peft": opt.peft_summary(),
+            **opt.activation_offload_summary(),
             "memory": self.memory.as_dict(),
             "time": self.time_dict(),
             "reasons": [{"rule": a.rule, "text": a.text} for a in self.reasons],

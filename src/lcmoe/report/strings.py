@@ -39,6 +39,7 @@ TERM_NAMES: dict[str, str] = {
     "pipeline_bubble": "pipeline bubble",
     "dp_comm": "gradient sync (DP)",
     "optimizer": "optimizer step",
+    "activation_offload": "activation offload",
     "overhead": "host launch overhead",
 }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from lcmoe.layout import check_pipeline_layout, layers_split_evenly, pipeline_stages
+from lcmoe.rules.activation_offload import ACTIVATION_OFFLOAD_RULES
 from lcmoe.rules.context_parallel import CP_A2A_HEADS, CP_HIER_SIZES, CP_HIER_THD, SEQ_CP, SEQ_SP
 from lcmoe.rules.records import LegalityRule as LegalityRule
 from lcmoe.rules.records import Violation as Violation
@@ -387,6 +388,7 @@ RULES: tuple[LegalityRule, ...] = (
         _pack_backend,
     ),
     CP_HIER_THD,
+    *ACTIVATION_OFFLOAD_RULES,
 )
 
 RULE_IDS = frozenset(rule.id for rule in RULES)

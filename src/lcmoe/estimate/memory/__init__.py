@@ -91,6 +91,7 @@ from lcmoe.estimate.memory.layers import (
     layer_activation_bytes,
     lora_activation_bytes,
     mtp_layer_activation_bytes,
+    offload_inflight_bytes,
 )
 from lcmoe.estimate.memory.results import (
     MemoryEstimate,
@@ -235,6 +236,7 @@ __all__ = [
     "moe_scale_of",
     "mtp_layer_activation_bytes",
     "norm_bytes",
+    "offload_inflight_bytes",
     "optimizer_bytes_per_param",
     "optimizer_grad_copy_bytes",
     "optimizer_shards",

@@ -38,6 +38,8 @@ class StageMemory:
     activations_at_peak: float | None = None
     logits_at_peak: float | None = None
     transient_at_peak: float | None = None
+    # Fine-grained activation offloading's pinned host copies (layers.offload_host_bytes).
+    activations_host: float = 0.0
 
     def components(self) -> dict[str, float]:
         """Bytes by component at the stage's peak; the values sum to ``peak_reserved``."""
@@ -91,7 +93,7 @@ class MemoryEstimate:
 
     @property
     def host_bytes_per_gpu(self) -> float:
-        return max(s.optimizer_host for s in self.stages)
+        return max(s.optimizer_host + s.activations_host for s in self.stages)
 
     def fits(self, margin: float = 0.0) -> bool:
         """Reserved peak of every stage within (1 − margin) of the GPU's memory, host within its DRAM."""

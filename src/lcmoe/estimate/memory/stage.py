@@ -8,7 +8,13 @@ from dataclasses import dataclass, field, replace
 from lcmoe.estimate.memory.activations import TokenShape, token_shape
 from lcmoe.estimate.memory.coefficients import MemoryCoefficients, shipped_coefficients
 from lcmoe.estimate.memory.constants import DEFAULT_NVLINK_DOMAIN
-from lcmoe.estimate.memory.layers import chunk_layer_bytes, embedding_activation_bytes, full_recompute_bytes
+from lcmoe.estimate.memory.layers import (
+    chunk_layer_bytes,
+    embedding_activation_bytes,
+    full_recompute_bytes,
+    offload_host_bytes,
+    offload_inflight_bytes,
+)
 from lcmoe.estimate.memory.results import MemoryEstimate, StageMemory
 from lcmoe.estimate.memory.state import (
     ModelState,
@@ -152,7 +158,20 @@ def stage_activations(
 ) -> tuple[float, float]:
     """(stored activations of the in-flight microbatches, the largest single-layer working set):
     activation_scale × chunk bytes × in-flight chunks, over the mean chunk with virtual pipeline
-    stages (``inflight_microbatch_chunks`` counts chunks then)."""
+    stages (``inflight_microbatch_chunks`` counts chunks then), plus what fine-grained activation
+    offloading holds on the GPU (``offload_inflight_bytes``)."""
+    stored, largest_layer = _stored_activations(inputs, stage, shape, inflight)
+    if not inputs.options.activation_offload_modules:
+        return stored, largest_layer
+    copies = inflight / max(inputs.layout.vpp, 1)
+    held = offload_inflight_bytes(inputs.model, stage.layer_groups, shape, inputs.options, copies)
+    return stored + inputs.coefficients.activation_scale * held, largest_layer
+
+
+def _stored_activations(
+    inputs: StageInputs, stage: PipelineStage, shape: TokenShape, inflight: int
+) -> tuple[float, float]:
+    """``stage_activations`` before what offloading keeps in flight."""
     largest_layer = largest_replayed_layer(inputs, stage, shape)
     chunk_bytes: list[float] = []
     for chunk in stage.chunks:
@@ -268,6 +287,9 @@ def stage_memory(inputs: StageInputs, stage: PipelineStage, params: StageParams 
         activations_at_peak=peak.activations,
         logits_at_peak=peak.logits,
         transient_at_peak=peak.transient,
+        activations_host=offload_host_bytes(
+            inputs.model, stage.layer_groups, shape, options, terms.inflight / max(inputs.layout.vpp, 1)
+        ),
     )
 
 

@@ -20,6 +20,7 @@ from lcmoe.estimate.packing import attention_lengths, bridge_core_length, real_t
 from lcmoe.estimate.params import LayerSignature, attention_kind, layer_signature, lora_adapters
 from lcmoe.estimate.time.communication import ep_link_shares
 from lcmoe.estimate.time.layer_flops import gdn_token_heads, layer_flops_per_token
+from lcmoe.estimate.time.offload import stage_offload_bytes
 from lcmoe.layout import ParallelLayout, PipelineStage
 from lcmoe.run import RunConfig
 from lcmoe.specs.model import AttentionKind, ModelSpec
@@ -74,6 +75,7 @@ class StageAmounts:
     optimizer_gpu_bytes: float
     optimizer_host_params: float
     optimizer_host_bytes: float
+    activation_offload_bytes: float = 0.0  # per microbatch, each way (offload.stage_offload_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,6 +410,7 @@ def _stage_amounts(
         optimizer_gpu_bytes=(local - offloaded) * ADAM_GPU_BYTES_PER_PARAM,
         optimizer_host_params=offloaded,
         optimizer_host_bytes=offloaded * OFFLOAD_HOST_LINK_BYTES_PER_PARAM,
+        activation_offload_bytes=stage_offload_bytes(run, stage),
     )
 
 
@@ -422,7 +425,11 @@ def time_amounts(run: RunConfig, staged: StagedLayout | None = None) -> RunAmoun
     # Training tokens per step: the packs' real document tokens (all of them for fixed length).
     tokens = layout.gbs * options.seq_len * real_token_share(layout, options)
     per_signature: dict[LayerSignature, LayerAmounts] = {}
-    no_recompute = unchecked_replace(options, recompute_granularity="none", recompute_modules=frozenset())
+    # What a forward touches once: every stored tensor, the offloaded ones too (they are written
+    # before they leave; the copies are priced apart, offload.stage_offload_bytes).
+    no_recompute = unchecked_replace(
+        options, recompute_granularity="none", recompute_modules=frozenset(), activation_offload_modules=frozenset()
+    )
     staged = staged or staged_layout(model, layout)
     return RunAmounts(
         stages=tuple(

@@ -9,6 +9,7 @@ from lcmoe.estimate.memory import StagedLayout
 from lcmoe.estimate.time.amounts import RunAmounts, time_amounts
 from lcmoe.estimate.time.coefficients import TimeCoefficients, shipped_time_coefficients
 from lcmoe.estimate.time.communication import link_bandwidth
+from lcmoe.estimate.time.offload import activation_offload_seconds
 from lcmoe.estimate.time.stage import StageTime, stage_rates, stage_time, stage_time_key
 from lcmoe.run import RunConfig
 
@@ -58,10 +59,13 @@ def combine(a: RunAmounts, c: TimeCoefficients) -> TimeEstimate:
         for s in a.stages
     )
     bubble = microbatch.total * bubble_factor
-    step = microbatch.total * a.num_microbatches + bubble + dp + optimizer
+    offload = activation_offload_step_seconds(a, per_stage)
+    step = microbatch.total * a.num_microbatches + bubble + dp + optimizer + offload
     tflops = a.model_flops_per_step / step / a.world_size / 1e12
     breakdown = microbatch.as_dict(a.num_microbatches)
     breakdown.update(pipeline_bubble=bubble, dp_comm=dp, optimizer=optimizer)
+    if offload:
+        breakdown["activation_offload"] = offload
     return TimeEstimate(
         step_seconds=step,
         tokens_per_sec_per_gpu=a.tokens_per_step / step / a.world_size,
@@ -70,6 +74,19 @@ def combine(a: RunAmounts, c: TimeCoefficients) -> TimeEstimate:
         breakdown=breakdown,
         critical_stage=a.stages[critical].rank,
     )
+
+
+def activation_offload_step_seconds(a: RunAmounts, per_stage: list[StageTime]) -> float:
+    """M × the slowest stage's exposed host-link seconds per microbatch of fine-grained
+    activation offloading (``offload.activation_offload_seconds``, against that stage's compute:
+    GEMMs, attention, elementwise and recompute); 0 without offloading."""
+    worst = 0.0
+    for stage, timed in zip(a.stages, per_stage, strict=True):
+        if stage.activation_offload_bytes:
+            compute = timed.dense_gemm + timed.expert_gemm + timed.attention + timed.elementwise + timed.recompute
+            seconds = activation_offload_seconds(stage.activation_offload_bytes, a.host_link_bytes_per_second, compute)
+            worst = max(worst, seconds)
+    return worst * a.num_microbatches
 
 
 def estimate_time(
