@@ -263,23 +263,36 @@ def priced_variants(
     return priced
 
 
+def memory_twin_key(run: RunConfig) -> tuple[ParallelLayout, str, frozenset[str]]:
+    """What the memory estimates of one fitted option set's variants differ in: the layout (CP
+    exchange), the dispatcher and the CUDA-graph scope. The memory estimate reads no
+    ``overlap_moe_expert_parallel_comm`` (EP overlap changes when tokens travel, not what is
+    stored: the estimator never reads that field), so the two overlap twins of a variant have
+    equal estimates and one is computed for both."""
+    return run.layout, run.options.dispatcher, run.options.cuda_graph_scope
+
+
 def fastest_fitting_variant(
     request: PlanRequest, fitted: Plan, staged: StagedLayout, judge: Judge, memo: SearchMemo | None = None
 ) -> Plan | None:
     """The fastest legal variant of ``fitted`` that still fits. Time does not depend on memory, so
     the variants are timed first (``priced_variants``) and memory is estimated fastest-first until
     one fits (most variants fit, so this is usually one memory estimate instead of one per
-    variant). The variant that is ``fitted`` itself reuses its estimates."""
+    variant). The variant that is ``fitted`` itself reuses its estimates, and so does its overlap
+    twin (``memory_twin_key``); each other pair of twins is estimated once."""
     timed = priced_variants(request, fitted, staged, judge, memo)
     # Stable sort: among equal predictions the first enumerated variant wins, as before.
     timed.sort(key=lambda entry: -entry[1].tokens_per_sec_per_gpu)
     probe = worst_stage(fitted.memory)
-    for variant, time, same in timed:
-        memory = (
-            fitted.memory
-            if same
-            else probed_memory(request, variant, staged, probe, over_capacity(request, variant), memo)
-        )
+    known: dict[tuple[ParallelLayout, str, frozenset[str]], MemoryEstimate | None] = {
+        memory_twin_key(fitted.run): fitted.memory
+    }
+    for variant, time, _ in timed:
+        key = memory_twin_key(variant)
+        if key in known:
+            memory = known[key]
+        else:
+            memory = known[key] = probed_memory(request, variant, staged, probe, over_capacity(request, variant), memo)
         if memory is not None and memory.fits(request.memory_margin):
             return Plan(variant, memory, time)
     return None

@@ -3,7 +3,7 @@ run (one GPU's share of one microbatch)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields
 
 from lcmoe.estimate.flops import flops_per_token, lora_model_flops_per_token
 from lcmoe.estimate.memory import (
@@ -490,7 +490,7 @@ def relaunched_amounts(amounts: RunAmounts, run: RunConfig) -> RunAmounts:
     if dispatch_bytes(options) != amounts.dispatch_bytes:
         raise ValueError(f"{options.dispatcher} dispatches at another width: use time_amounts")
     local, remote = ep_link_shares(model, layout.ep, layout.etp, run.hardware.nvlink_domain_size, options.dispatcher)
-    return replace(
+    return with_fields(
         amounts,
         ep_local_share=local,
         ep_remote_share=remote,
@@ -498,3 +498,19 @@ def relaunched_amounts(amounts: RunAmounts, run: RunConfig) -> RunAmounts:
         cuda_graph_scope=frozenset(options.cuda_graph_scope),
         ep_overlap=options.overlap_moe_expert_parallel_comm,
     )
+
+
+_RUN_AMOUNTS_FIELDS = tuple(f.name for f in fields(RunAmounts))
+
+
+def with_fields(amounts: RunAmounts, **changes: object) -> RunAmounts:
+    """``dataclasses.replace(amounts, **changes)`` at a fifth of its cost: a bare
+    ``object.__new__`` with every field set by ``object.__setattr__``. Exact because RunAmounts
+    is a frozen slotted dataclass whose ``__init__`` only stores its fields (no
+    ``__post_init__``, no defaults computed from other fields); every name must be a field."""
+    clone = object.__new__(RunAmounts)
+    for name in _RUN_AMOUNTS_FIELDS:
+        object.__setattr__(clone, name, changes.pop(name) if name in changes else getattr(amounts, name))
+    if changes:
+        raise TypeError(f"RunAmounts has no field {sorted(changes)[0]!r}")
+    return clone
