@@ -15,12 +15,13 @@ from lcmoe.estimate.time import (
     combine,
     dispatch_bytes,
     estimate_time,
+    exchanged_amounts,
     relaunched_amounts,
     shipped_time_coefficients,
     stage_time,
     time_amounts,
+    with_fields,
 )
-from lcmoe.estimate.time.amounts import with_fields
 from lcmoe.plan.candidates import base_options
 from lcmoe.plan.fitting import (
     SearchMemo,
@@ -182,3 +183,18 @@ def test_with_fields_is_dataclasses_replace() -> None:
     )
     with pytest.raises(TypeError, match="no field"):
         with_fields(amounts, no_such_field=1)
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_exchanged_amounts_are_the_amounts_of_every_variant(name: str) -> None:
+    # priced_variants exchanges the fitted run's amounts into each other CP exchange and dispatch width.
+    run = make_run(**RUNS[name])  # type: ignore[arg-type]
+    request = _request(run.model.name, run.hardware.name, run.layout.world_size, run.options.seq_len)
+    staged = staged_layout(run.model, run.layout)
+    seed = time_amounts(run, staged)
+    tried = {(v.layout.cp_comm_type, dispatch_bytes(v.options)) for v in variants(request, run)}
+    assert len(tried) > 1 or run.layout.cp == 1
+    for variant in variants(request, run):
+        assert exchanged_amounts(seed, variant, staged) == time_amounts(variant, staged)
+    full = options_of(run, cuda_graph_scope=frozenset({"full_iteration"}))
+    assert exchanged_amounts(seed, full, staged) == time_amounts(full, staged)

@@ -28,6 +28,7 @@ from lcmoe.estimate.time import (
     combine,
     dispatch_bytes,
     estimate_time,
+    exchanged_amounts,
     relaunched_amounts,
     shipped_time_coefficients,
     time_amounts,
@@ -240,12 +241,15 @@ def priced_variants(
     differ only in dispatcher, CUDA-graph scope and EP overlap, which leave the FLOPs and bytes
     alone: their amounts are computed once (``time_amounts``) and re-priced per variant
     (``relaunched_amounts`` → ``combine``), a sixth of the amount computations of timing each
-    variant from scratch. The amounts ``time_of`` kept for ``fitted`` in ``memo`` seed them."""
+    variant from scratch. The amounts ``time_of`` kept for ``fitted`` in ``memo`` seed them;
+    the first amounts of each other CP exchange or dispatch width are exchanged from the seed
+    (``exchanged_amounts``: the layers counted again, the stage and run totals taken over)."""
     coefficients = time_coefficients_of(request, fitted.run)
     amounts: dict[tuple[str, tuple[int, ...] | None, float], RunAmounts] = {}
     kept = memo.amounts.pop((fitted.run.layout, fitted.run.options), None) if memo is not None else None
     if kept is not None:
         amounts[amounts_key(fitted.run)] = kept
+    seed = kept  # the first amounts known: the others are exchanged from them
     priced: list[tuple[RunConfig, TimeEstimate, bool]] = []
     for variant in variants(request, fitted.run, memo):
         if not judge.legal(variant):
@@ -255,10 +259,12 @@ def priced_variants(
             continue
         key = amounts_key(variant)
         known = amounts.get(key)
-        if known is None:
-            known = amounts[key] = time_amounts(variant, staged)
-        else:
+        if known is not None:
             known = relaunched_amounts(known, variant)
+        elif seed is not None:
+            known = amounts[key] = exchanged_amounts(seed, variant, staged)
+        else:
+            known = seed = amounts[key] = time_amounts(variant, staged)
         priced.append((variant, combine(known, coefficients), False))
     return priced
 

@@ -51,7 +51,6 @@ from lcmoe.estimate.time.amounts import (
     mixer_cp_a2a_bytes,
     model_flops_per_token,
     moe_layer_bytes,
-    relaunched_amounts,
     time_amounts,
     tp_layer_bytes,
 )
@@ -116,6 +115,7 @@ from lcmoe.estimate.time.recompute import (
     REPLAYED_ELEMENTWISE_SHARE,
     recompute_seconds,
 )
+from lcmoe.estimate.time.reuse import exchanged_amounts, relaunched_amounts, with_fields
 from lcmoe.estimate.time.stage import (
     LayerSeconds,
     StageRates,
@@ -174,6 +174,7 @@ __all__ = [
     "ep_layer_seconds",
     "ep_link_shares",
     "estimate_time",
+    "exchanged_amounts",
     "explain_time",
     "exposed_host_seconds",
     "gdn_kernel_seconds",
@@ -211,4 +212,5 @@ __all__ = [
     "time_term",
     "tp_layer_bytes",
     "window_attention_saturation",
+    "with_fields",
 ]

@@ -3,7 +3,7 @@ run (one GPU's share of one microbatch)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from lcmoe.estimate.flops import flops_per_token, lora_model_flops_per_token
 from lcmoe.estimate.memory import (
@@ -360,6 +360,32 @@ ADAM_GPU_BYTES_PER_PARAM = 28
 OFFLOAD_HOST_LINK_BYTES_PER_PARAM = 6
 
 
+def no_recompute_options(options: TrainingOptions) -> TrainingOptions:
+    """``options`` without recompute: what a forward touches once (the layers' elementwise bytes)."""
+    return unchecked_replace(options, recompute_granularity="none", recompute_modules=frozenset())
+
+
+def stage_layer_groups(
+    run: RunConfig,
+    stage: PipelineStage,
+    per_signature: dict[LayerSignature, LayerAmounts],
+    no_recompute: TrainingOptions,
+) -> tuple[tuple[LayerAmounts, ...], tuple[int, ...]]:
+    """(one layer's amounts per group of identical layers of ``stage``, the layers in each):
+    ``per_signature`` is shared by the run's stages (filled here)."""
+    model = run.model
+    # MTP layers are transformer layers of the last decoder layer's kind (hybrid: the MTP depth).
+    counts = {layer_signature(model, first): [first, count] for first, count in stage.layer_groups}
+    if stage.mtp_layers:
+        mtp = model.mtp_layer
+        counts.setdefault(layer_signature(model, mtp), [mtp, 0])[1] += stage.mtp_layers
+    if any(key not in per_signature for key in counts):
+        for key, (first, _) in counts.items():
+            if key not in per_signature:
+                per_signature[key] = _layer_amounts(run, first, no_recompute)
+    return tuple(per_signature[key] for key in counts), tuple(count for _, count in counts.values())
+
+
 def _stage_amounts(
     run: RunConfig,
     stage: PipelineStage,
@@ -371,17 +397,7 @@ def _stage_amounts(
     per signature, shared by the run's stages (filled here); ``no_recompute``: the run's options
     without recompute (what a forward touches once)."""
     model, layout, options = run.model, run.layout, run.options
-    # MTP layers are transformer layers of the last decoder layer's kind (hybrid: the MTP depth).
-    counts = {layer_signature(model, first): [first, count] for first, count in stage.layer_groups}
-    if stage.mtp_layers:
-        mtp = model.mtp_layer
-        counts.setdefault(layer_signature(model, mtp), [mtp, 0])[1] += stage.mtp_layers
-    if any(key not in per_signature for key in counts):
-        for key, (first, _) in counts.items():
-            if key not in per_signature:
-                per_signature[key] = _layer_amounts(run, first, no_recompute)
-    groups = tuple(per_signature[key] for key in counts)
-    group_counts = tuple(count for _, count in counts.values())
+    groups, group_counts = stage_layer_groups(run, stage, per_signature, no_recompute)
     tokens = options.seq_len * layout.mbs / (layout.tp * layout.cp)
     logits = 0.0
     if stage.has_loss:
@@ -422,7 +438,7 @@ def time_amounts(run: RunConfig, staged: StagedLayout | None = None) -> RunAmoun
     # Training tokens per step: the packs' real document tokens (all of them for fixed length).
     tokens = layout.gbs * options.seq_len * real_token_share(layout, options)
     per_signature: dict[LayerSignature, LayerAmounts] = {}
-    no_recompute = unchecked_replace(options, recompute_granularity="none", recompute_modules=frozenset())
+    no_recompute = no_recompute_options(options)
     staged = staged or staged_layout(model, layout)
     return RunAmounts(
         stages=tuple(
@@ -473,44 +489,3 @@ def time_amounts(run: RunConfig, staged: StagedLayout | None = None) -> RunAmoun
         cp_outer_ring=layout.cp_ring_size if layout.cp_comm_type == "a2a+p2p" else 0,
         cp_a2a_span=layout.tp * layout.cp_a2a_size if layout.cp_comm_type == "a2a+p2p" else 0,
     )
-
-
-def relaunched_amounts(amounts: RunAmounts, run: RunConfig) -> RunAmounts:
-    """``time_amounts(run)`` from the amounts of a run that differs from ``run`` only in
-    dispatcher, CUDA-graph scope and EP overlap, without recounting the layers: the planner prices
-    its dispatcher × graph × overlap variants from one set of amounts, since the FLOPs and bytes
-    stay the same and only how tokens travel and kernels launch changes. ``time_amounts`` reads
-    those options only into the fields set here, save two cases that are refused: a dispatcher
-    that sends tokens at another width (``dispatch_bytes``, in every MoE layer's ep_bytes), and a
-    full-iteration graph (its static MoE buffers change the stored bytes, ``dispatched_tokens``;
-    the stored bytes are otherwise taken without recompute, where the scope does not matter)."""
-    model, layout, options = run.model, run.layout, run.options
-    if "full_iteration" in amounts.cuda_graph_scope or "full_iteration" in options.cuda_graph_scope:
-        raise ValueError("a full-iteration CUDA graph changes the MoE amounts: use time_amounts")
-    if dispatch_bytes(options) != amounts.dispatch_bytes:
-        raise ValueError(f"{options.dispatcher} dispatches at another width: use time_amounts")
-    local, remote = ep_link_shares(model, layout.ep, layout.etp, run.hardware.nvlink_domain_size, options.dispatcher)
-    return with_fields(
-        amounts,
-        ep_local_share=local,
-        ep_remote_share=remote,
-        dispatcher=options.dispatcher,
-        cuda_graph_scope=frozenset(options.cuda_graph_scope),
-        ep_overlap=options.overlap_moe_expert_parallel_comm,
-    )
-
-
-_RUN_AMOUNTS_FIELDS = tuple(f.name for f in fields(RunAmounts))
-
-
-def with_fields(amounts: RunAmounts, **changes: object) -> RunAmounts:
-    """``dataclasses.replace(amounts, **changes)`` at a fifth of its cost: a bare
-    ``object.__new__`` with every field set by ``object.__setattr__``. Exact because RunAmounts
-    is a frozen slotted dataclass whose ``__init__`` only stores its fields (no
-    ``__post_init__``, no defaults computed from other fields); every name must be a field."""
-    clone = object.__new__(RunAmounts)
-    for name in _RUN_AMOUNTS_FIELDS:
-        object.__setattr__(clone, name, changes.pop(name) if name in changes else getattr(amounts, name))
-    if changes:
-        raise TypeError(f"RunAmounts has no field {sorted(changes)[0]!r}")
-    return clone
