@@ -17,6 +17,7 @@ from lcmoe.estimate.time import (
     estimate_time,
     exchanged_amounts,
     relaunched_amounts,
+    shared_pricing,
     shipped_time_coefficients,
     stage_time,
     time_amounts,
@@ -198,3 +199,25 @@ def test_exchanged_amounts_are_the_amounts_of_every_variant(name: str) -> None:
         assert exchanged_amounts(seed, variant, staged) == time_amounts(variant, staged)
     full = options_of(run, cuda_graph_scope=frozenset({"full_iteration"}))
     assert exchanged_amounts(seed, full, staged) == time_amounts(full, staged)
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_shared_pricing_gives_each_variant_the_estimate_of_combine(name: str) -> None:
+    # One SharedPricing serves every dispatcher × graph × overlap variant relaunched from one set of amounts.
+    run = make_run(**RUNS[name])  # type: ignore[arg-type]
+    c = shipped_time_coefficients(run.hardware.architecture)
+    amounts = time_amounts(run)
+    shared = shared_pricing(amounts)
+    for dispatcher in ("alltoall", "deepep", "hybridep", "allgather"):
+        for scope in SCOPES:
+            for overlap in (False, True):
+                variant = options_of(
+                    run, dispatcher=dispatcher, cuda_graph_scope=scope, overlap_moe_expert_parallel_comm=overlap
+                )
+                if dispatch_bytes(variant.options) != amounts.dispatch_bytes:
+                    continue
+                relaunched = relaunched_amounts(amounts, variant)
+                assert combine(relaunched, c, shared) == combine(relaunched, c) == estimate_time(variant)
+    assert len(shared.rates) > 1 and shared.bases and shared.tail is not None
+    with pytest.raises(ValueError, match="one set of stages"):
+        combine(time_amounts(run), c, shared)

@@ -23,6 +23,7 @@ from lcmoe.estimate.memory import (
 )
 from lcmoe.estimate.time import (
     RunAmounts,
+    SharedPricing,
     TimeCoefficients,
     TimeEstimate,
     combine,
@@ -30,6 +31,7 @@ from lcmoe.estimate.time import (
     estimate_time,
     exchanged_amounts,
     relaunched_amounts,
+    shared_pricing,
     shipped_time_coefficients,
     time_amounts,
 )
@@ -243,13 +245,15 @@ def priced_variants(
     (``relaunched_amounts`` → ``combine``), a sixth of the amount computations of timing each
     variant from scratch. The amounts ``time_of`` kept for ``fitted`` in ``memo`` seed them;
     the first amounts of each other CP exchange or dispatch width are exchanged from the seed
-    (``exchanged_amounts``: the layers counted again, the stage and run totals taken over)."""
+    (``exchanged_amounts``: the layers counted again, the stage and run totals taken over). The
+    variants of one key share what ``combine`` computes alike for them (``SharedPricing``)."""
     coefficients = time_coefficients_of(request, fitted.run)
     amounts: dict[tuple[str, tuple[int, ...] | None, float], RunAmounts] = {}
     kept = memo.amounts.pop((fitted.run.layout, fitted.run.options), None) if memo is not None else None
     if kept is not None:
         amounts[amounts_key(fitted.run)] = kept
     seed = kept  # the first amounts known: the others are exchanged from them
+    pricing: dict[tuple[str, tuple[int, ...] | None, float], SharedPricing] = {}
     priced: list[tuple[RunConfig, TimeEstimate, bool]] = []
     for variant in variants(request, fitted.run, memo):
         if not judge.legal(variant):
@@ -265,7 +269,8 @@ def priced_variants(
             known = amounts[key] = exchanged_amounts(seed, variant, staged)
         else:
             known = seed = amounts[key] = time_amounts(variant, staged)
-        priced.append((variant, combine(known, coefficients), False))
+        shared = pricing.get(key) or pricing.setdefault(key, shared_pricing(known))
+        priced.append((variant, combine(known, coefficients, shared), False))
     return priced
 
 

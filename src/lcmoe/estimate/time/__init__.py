@@ -107,9 +107,11 @@ from lcmoe.estimate.time.layer_flops import (
     mamba_scan_flops_per_layer,
 )
 from lcmoe.estimate.time.pipeline import (
+    SharedPricing,
     TimeEstimate,
     combine,
     estimate_time,
+    shared_pricing,
 )
 from lcmoe.estimate.time.recompute import (
     REPLAYED_ELEMENTWISE_SHARE,
@@ -151,6 +153,7 @@ __all__ = [
     "LayerFlops",
     "LayerSeconds",
     "RunAmounts",
+    "SharedPricing",
     "StageAmounts",
     "StageRates",
     "StageTime",
@@ -201,6 +204,7 @@ __all__ = [
     "recompute_seconds",
     "relaunched_amounts",
     "scaleout_link_bandwidth",
+    "shared_pricing",
     "shipped_time_coefficients",
     "stage_rates",
     "stage_terms",
