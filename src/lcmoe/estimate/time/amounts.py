@@ -365,6 +365,16 @@ def no_recompute_options(options: TrainingOptions) -> TrainingOptions:
     return unchecked_replace(options, recompute_granularity="none", recompute_modules=frozenset())
 
 
+def stage_signatures(model: ModelSpec, stage: PipelineStage) -> dict[LayerSignature, list[int]]:
+    """The stage's groups of identical layers, in order: signature → [first layer, layers]."""
+    # MTP layers are transformer layers of the last decoder layer's kind (hybrid: the MTP depth).
+    counts = {layer_signature(model, first): [first, count] for first, count in stage.layer_groups}
+    if stage.mtp_layers:
+        mtp = model.mtp_layer
+        counts.setdefault(layer_signature(model, mtp), [mtp, 0])[1] += stage.mtp_layers
+    return counts
+
+
 def stage_layer_groups(
     run: RunConfig,
     stage: PipelineStage,
@@ -373,12 +383,7 @@ def stage_layer_groups(
 ) -> tuple[tuple[LayerAmounts, ...], tuple[int, ...]]:
     """(one layer's amounts per group of identical layers of ``stage``, the layers in each):
     ``per_signature`` is shared by the run's stages (filled here)."""
-    model = run.model
-    # MTP layers are transformer layers of the last decoder layer's kind (hybrid: the MTP depth).
-    counts = {layer_signature(model, first): [first, count] for first, count in stage.layer_groups}
-    if stage.mtp_layers:
-        mtp = model.mtp_layer
-        counts.setdefault(layer_signature(model, mtp), [mtp, 0])[1] += stage.mtp_layers
+    counts = stage_signatures(run.model, stage)
     if any(key not in per_signature for key in counts):
         for key, (first, _) in counts.items():
             if key not in per_signature:

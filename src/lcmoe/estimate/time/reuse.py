@@ -14,15 +14,19 @@ from lcmoe.estimate.time.amounts import (
     LayerAmounts,
     RunAmounts,
     StageAmounts,
+    attention_cp_bytes,
     dispatch_bytes,
+    moe_layer_bytes,
     no_recompute_options,
     stage_layer_groups,
+    stage_signatures,
 )
 from lcmoe.estimate.time.communication import ep_link_shares
 from lcmoe.run import RunConfig
 
 _RUN_AMOUNTS_FIELDS = tuple(f.name for f in fields(RunAmounts))
 _STAGE_AMOUNTS_FIELDS = tuple(f.name for f in fields(StageAmounts))
+_LAYER_AMOUNTS_FIELDS = tuple(f.name for f in fields(LayerAmounts))
 
 
 def with_fields(amounts: RunAmounts, **changes: object) -> RunAmounts:
@@ -73,30 +77,61 @@ def _regrouped(stage: StageAmounts, groups: tuple[LayerAmounts, ...], counts: tu
     return clone
 
 
+def _exchanged_layer(known: LayerAmounts, run: RunConfig, layer: int) -> LayerAmounts:
+    """``known`` (a layer of the run ``exchanged_amounts`` starts from) with the CP and EP bytes
+    of ``layer`` in ``run`` (a bare copy, as ``with_fields`` makes one)."""
+    cp_kv, cp_a2a = attention_cp_bytes(run, layer)
+    ep_bytes, _ = moe_layer_bytes(run, layer)
+    clone = object.__new__(LayerAmounts)
+    for name in _LAYER_AMOUNTS_FIELDS:
+        object.__setattr__(clone, name, getattr(known, name))
+    object.__setattr__(clone, "cp_kv_bytes_per_step", cp_kv)
+    object.__setattr__(clone, "cp_a2a_bytes", cp_a2a if run.layout.cp_comm_type in ("a2a", "a2a+p2p") else 0.0)
+    object.__setattr__(clone, "ep_bytes", ep_bytes)
+    return clone
+
+
+def _exchanged_stages(amounts: RunAmounts, run: RunConfig, staged: StagedLayout) -> tuple[StageAmounts, ...]:
+    """The stages of ``exchanged_amounts``. Each layer keeps its FLOPs and stored bytes and gets
+    its CP and EP bytes counted again: ``_layer_amounts`` reads the CP exchange and the
+    dispatcher only into those (``attention_cp_bytes``, ``moe_layer_bytes`` at the dispatch
+    width), and the stored bytes (taken without recompute) read the CUDA-graph scope only for a
+    full-iteration graph, whose layers are counted again in full."""
+    per_signature: dict[LayerSignature, LayerAmounts] = {}
+    if "full_iteration" in amounts.cuda_graph_scope or "full_iteration" in run.options.cuda_graph_scope:
+        no_recompute = no_recompute_options(run.options)
+        return tuple(
+            _regrouped(known, *stage_layer_groups(run, stage, per_signature, no_recompute))
+            for known, stage in zip(amounts.stages, staged.stages, strict=True)
+        )
+    stages = []
+    for known, stage in zip(amounts.stages, staged.stages, strict=True):
+        signatures = stage_signatures(run.model, stage)
+        for (signature, (first, _)), layer in zip(signatures.items(), known.groups, strict=True):
+            if signature not in per_signature:
+                per_signature[signature] = _exchanged_layer(layer, run, first)
+        stages.append(_regrouped(known, tuple(per_signature[key] for key in signatures), known.counts))
+    return tuple(stages)
+
+
 def exchanged_amounts(amounts: RunAmounts, run: RunConfig, staged: StagedLayout) -> RunAmounts:
     """``time_amounts(run, staged)`` from the amounts of a run that differs from ``run`` only in
     the CP exchange (``cp_comm_type`` and its a2a+p2p split), the dispatcher (at any dispatch
-    width), the CUDA-graph scope and EP overlap, on the same ``staged`` layout. The layers are
-    counted again (their CP bytes, EP bytes and stored bytes read those fields), and so are the
-    run-wide fields that read them (set here, as ``time_amounts`` sets them). Everything else is
-    taken over, exact because ``time_amounts`` reads none of those fields into it: a stage's
-    logits, PP, DP and optimizer amounts (the token count, the parameters per GPU and the
-    optimizer shards read the CP size, never its exchange, and no dispatcher, graph or overlap
-    option), and the run's peaks, links, token and FLOP counts, chunk and pipeline sizes."""
+    width), the CUDA-graph scope and EP overlap, on the same ``staged`` layout. The layers' CP
+    and EP bytes are counted again (``_exchanged_stages``), and so are the run-wide fields that
+    read those options (set here, as ``time_amounts`` sets them). Everything else is taken over,
+    exact because ``time_amounts`` reads none of those fields into it: a stage's logits, PP, DP
+    and optimizer amounts (the token count, the parameters per GPU and the optimizer shards read
+    the CP size, never its exchange, and no dispatcher, graph or overlap option), and the run's
+    peaks, links, token and FLOP counts, chunk and pipeline sizes."""
     layout, options = run.layout, run.options
-    no_recompute = no_recompute_options(options)
-    per_signature: dict[LayerSignature, LayerAmounts] = {}
-    stages = tuple(
-        _regrouped(known, *stage_layer_groups(run, stage, per_signature, no_recompute))
-        for known, stage in zip(amounts.stages, staged.stages, strict=True)
-    )
     hierarchical = layout.cp_comm_type == "a2a+p2p"
     local, remote = ep_link_shares(
         run.model, layout.ep, layout.etp, run.hardware.nvlink_domain_size, options.dispatcher
     )
     return with_fields(
         amounts,
-        stages=stages,
+        stages=_exchanged_stages(amounts, run, staged),
         cp_a2a=layout.cp_comm_type in ("a2a", "a2a+p2p"),
         ep_local_share=local,
         ep_remote_share=remote,
