@@ -366,6 +366,16 @@ def _stage_amounts(
     )
 
 
+def _run_stages(run: RunConfig, staged: StagedLayout) -> tuple[StageAmounts, ...]:
+    """Every stage's amounts; identical layers (one signature) are counted once for all stages."""
+    per_signature: dict[LayerSignature, LayerAmounts] = {}
+    no_recompute = no_recompute_options(run.options)
+    return tuple(
+        _stage_amounts(run, stage, params, per_signature, no_recompute)
+        for stage, params in zip(staged.stages, staged.params, strict=True)
+    )
+
+
 def time_amounts(run: RunConfig, staged: StagedLayout | None = None) -> RunAmounts:
     """The coefficient-free amounts of a run: FLOPs by kind and bytes by link, per stage.
     ``staged`` (``staged_layout`` of the run's model and layout) may be passed when the caller
@@ -376,14 +386,8 @@ def time_amounts(run: RunConfig, staged: StagedLayout | None = None) -> RunAmoun
     local, remote = ep_link_shares(model, layout.ep, layout.etp, hardware.nvlink_domain_size, options.dispatcher)
     # Training tokens per step: the packs' real document tokens (all of them for fixed length).
     tokens = layout.gbs * options.seq_len * real_token_share(layout, options)
-    per_signature: dict[LayerSignature, LayerAmounts] = {}
-    no_recompute = no_recompute_options(options)
-    staged = staged or staged_layout(model, layout)
     return RunAmounts(
-        stages=tuple(
-            _stage_amounts(run, stage, params, per_signature, no_recompute)
-            for stage, params in zip(staged.stages, staged.params, strict=True)
-        ),
+        stages=_run_stages(run, staged or staged_layout(model, layout)),
         gpu=hardware.name,
         gemm_peak_flops_per_second=hardware.peak(options.tensor_core_precision),
         bf16_peak_flops_per_second=hardware.peak("bf16"),
