@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from lcmoe.estimate.memory import SharedLayerBytes, estimate_memory
+from lcmoe.estimate.memory import (
+    SharedLayerBytes,
+    chunk_activation_bytes,
+    estimate_memory,
+    stage_inputs,
+    staged_layout,
+    token_shape,
+)
+from lcmoe.estimate.memory.stage import _chunk_activation_bytes
 from tests.helpers import make_run, with_options
 
 # Layouts that share a token shape (PP, VPP, GBS differ) and some that do not (TP, CP, MBS).
@@ -43,3 +51,17 @@ def test_shared_layer_bytes_of_another_model_are_not_used() -> None:
     args = (run.model, run.hardware, run.layout, run.options)
     assert estimate_memory(*args, shared=shared) == estimate_memory(*args)
     assert not shared.layers
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("options", OPTIONS)
+def test_chunk_bytes_kept_per_chunk_are_the_chunk_bytes(layout: dict[str, int], options: dict[str, object]) -> None:
+    # chunk_activation_bytes keeps each chunk's bytes in the estimate's LayerCache; a repeat is the same.
+    run = with_options(make_run("deepseek-v3", **layout), **options)  # type: ignore[arg-type]
+    inputs = stage_inputs(run.model, run.hardware, run.layout, run.options)
+    shape = token_shape(run.layout, inputs.options)
+    for stage in staged_layout(run.model, run.layout).stages:
+        for chunk in stage.chunks:
+            fresh = stage_inputs(run.model, run.hardware, run.layout, run.options)
+            assert chunk_activation_bytes(inputs, chunk, shape) == _chunk_activation_bytes(fresh, chunk, shape)
+    assert inputs.known[2]

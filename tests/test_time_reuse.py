@@ -4,6 +4,9 @@ pipeline stages timed once in ``combine``, and ``plan.fitting.priced_variants``.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import pytest
 
 from lcmoe.catalog import load_hardware, load_model
@@ -12,13 +15,24 @@ from lcmoe.estimate.time import (
     combine,
     dispatch_bytes,
     estimate_time,
+    exchanged_amounts,
     relaunched_amounts,
+    shared_pricing,
     shipped_time_coefficients,
     stage_time,
     time_amounts,
+    with_fields,
 )
 from lcmoe.plan.candidates import base_options
-from lcmoe.plan.fitting import SearchMemo, options_with, priced_variants, time_of, variants, with_options
+from lcmoe.plan.fitting import (
+    SearchMemo,
+    memory_twin_key,
+    options_with,
+    priced_variants,
+    time_of,
+    variants,
+    with_options,
+)
 from lcmoe.plan.judge import judge_for
 from lcmoe.plan.plans import Plan, PlanRequest
 from tests.helpers import make_run
@@ -42,7 +56,11 @@ RUNS = {
         dispatcher="hybridep",
     ),
 }
-SCOPES = (frozenset(), frozenset({"attn"}), frozenset({"attn", "moe_router", "moe_preprocess"}))
+SCOPES: tuple[frozenset[str], ...] = (
+    frozenset(),
+    frozenset({"attn"}),
+    frozenset({"attn", "moe_router", "moe_preprocess"}),
+)
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))
@@ -129,3 +147,77 @@ def test_search_memo_makes_each_option_copy_once() -> None:
     # 1 == 1.0, but the plan JSON writes them differently: the copies keep them apart.
     assert type(copies(run.options, optimizer_offload_fraction=1).optimizer_offload_fraction) is int
     assert type(copies(run.options, optimizer_offload_fraction=1.0).optimizer_offload_fraction) is float
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+@pytest.mark.parametrize("dispatcher", ("alltoall", "deepep", "hybridep"))
+@pytest.mark.parametrize("scope", SCOPES, ids=lambda s: "+".join(sorted(s)) or "none")
+def test_overlap_twins_have_the_same_memory_estimate(name: str, dispatcher: str, scope: frozenset[str]) -> None:
+    # fastest_fitting_variant estimates one twin of each memory_twin_key for both.
+    run = make_run(**RUNS[name])  # type: ignore[arg-type]
+    off, on = (
+        options_of(run, dispatcher=dispatcher, cuda_graph_scope=scope, overlap_moe_expert_parallel_comm=overlap)
+        for overlap in (False, True)
+    )
+    assert memory_twin_key(off) == memory_twin_key(on)
+    assert estimate_memory(off.model, off.hardware, off.layout, off.options) == estimate_memory(
+        on.model, on.hardware, on.layout, on.options
+    )
+
+
+def test_unchecked_replace_is_dataclasses_replace_without_validation() -> None:
+    run = make_run()
+    changes: dict[str, Any] = dict(
+        dispatcher="hybridep", cuda_graph_scope=frozenset({"attn"}), optimizer_offload_fraction=0.5
+    )
+    fast = options_with(run.options, **changes)
+    assert fast == replace(run.options, **changes) and hash(fast) == hash(replace(run.options, **changes))
+    assert fast is not run.options and options_with(run.options) == run.options
+    with pytest.raises(TypeError, match="no field"):
+        options_with(run.options, no_such_field=1)
+
+
+def test_with_fields_is_dataclasses_replace() -> None:
+    amounts = time_amounts(make_run())
+    assert with_fields(amounts, dispatcher="deepep", ep_overlap=True) == replace(
+        amounts, dispatcher="deepep", ep_overlap=True
+    )
+    with pytest.raises(TypeError, match="no field"):
+        with_fields(amounts, no_such_field=1)
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_exchanged_amounts_are_the_amounts_of_every_variant(name: str) -> None:
+    # priced_variants exchanges the fitted run's amounts into each other CP exchange and dispatch width.
+    run = make_run(**RUNS[name])  # type: ignore[arg-type]
+    request = _request(run.model.name, run.hardware.name, run.layout.world_size, run.options.seq_len)
+    staged = staged_layout(run.model, run.layout)
+    seed = time_amounts(run, staged)
+    tried = {(v.layout.cp_comm_type, dispatch_bytes(v.options)) for v in variants(request, run)}
+    assert len(tried) > 1 or run.layout.cp == 1
+    for variant in variants(request, run):
+        assert exchanged_amounts(seed, variant, staged) == time_amounts(variant, staged)
+    full = options_of(run, cuda_graph_scope=frozenset({"full_iteration"}))
+    assert exchanged_amounts(seed, full, staged) == time_amounts(full, staged)
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_shared_pricing_gives_each_variant_the_estimate_of_combine(name: str) -> None:
+    # One SharedPricing serves every dispatcher × graph × overlap variant relaunched from one set of amounts.
+    run = make_run(**RUNS[name])  # type: ignore[arg-type]
+    c = shipped_time_coefficients(run.hardware.architecture)
+    amounts = time_amounts(run)
+    shared = shared_pricing(amounts)
+    for dispatcher in ("alltoall", "deepep", "hybridep", "allgather"):
+        for scope in SCOPES:
+            for overlap in (False, True):
+                variant = options_of(
+                    run, dispatcher=dispatcher, cuda_graph_scope=scope, overlap_moe_expert_parallel_comm=overlap
+                )
+                if dispatch_bytes(variant.options) != amounts.dispatch_bytes:
+                    continue
+                relaunched = relaunched_amounts(amounts, variant)
+                assert combine(relaunched, c, shared) == combine(relaunched, c) == estimate_time(variant)
+    assert len(shared.rates) > 1 and shared.bases and shared.tail is not None
+    with pytest.raises(ValueError, match="one set of stages"):
+        combine(time_amounts(run), c, shared)

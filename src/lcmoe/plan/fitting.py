@@ -23,12 +23,15 @@ from lcmoe.estimate.memory import (
 )
 from lcmoe.estimate.time import (
     RunAmounts,
+    SharedPricing,
     TimeCoefficients,
     TimeEstimate,
     combine,
     dispatch_bytes,
     estimate_time,
+    exchanged_amounts,
     relaunched_amounts,
+    shared_pricing,
     shipped_time_coefficients,
     time_amounts,
 )
@@ -240,12 +243,17 @@ def priced_variants(
     differ only in dispatcher, CUDA-graph scope and EP overlap, which leave the FLOPs and bytes
     alone: their amounts are computed once (``time_amounts``) and re-priced per variant
     (``relaunched_amounts`` → ``combine``), a sixth of the amount computations of timing each
-    variant from scratch. The amounts ``time_of`` kept for ``fitted`` in ``memo`` seed them."""
+    variant from scratch. The amounts ``time_of`` kept for ``fitted`` in ``memo`` seed them;
+    the first amounts of each other CP exchange or dispatch width are exchanged from the seed
+    (``exchanged_amounts``: the layers counted again, the stage and run totals taken over). The
+    variants of one key share what ``combine`` computes alike for them (``SharedPricing``)."""
     coefficients = time_coefficients_of(request, fitted.run)
     amounts: dict[tuple[str, tuple[int, ...] | None, float], RunAmounts] = {}
     kept = memo.amounts.pop((fitted.run.layout, fitted.run.options), None) if memo is not None else None
     if kept is not None:
         amounts[amounts_key(fitted.run)] = kept
+    seed = kept  # the first amounts known: the others are exchanged from them
+    pricing: dict[tuple[str, tuple[int, ...] | None, float], SharedPricing] = {}
     priced: list[tuple[RunConfig, TimeEstimate, bool]] = []
     for variant in variants(request, fitted.run, memo):
         if not judge.legal(variant):
@@ -255,12 +263,24 @@ def priced_variants(
             continue
         key = amounts_key(variant)
         known = amounts.get(key)
-        if known is None:
-            known = amounts[key] = time_amounts(variant, staged)
-        else:
+        if known is not None:
             known = relaunched_amounts(known, variant)
-        priced.append((variant, combine(known, coefficients), False))
+        elif seed is not None:
+            known = amounts[key] = exchanged_amounts(seed, variant, staged)
+        else:
+            known = seed = amounts[key] = time_amounts(variant, staged)
+        shared = pricing.get(key) or pricing.setdefault(key, shared_pricing(known))
+        priced.append((variant, combine(known, coefficients, shared), False))
     return priced
+
+
+def memory_twin_key(run: RunConfig) -> tuple[ParallelLayout, str, frozenset[str]]:
+    """What the memory estimates of one fitted option set's variants differ in: the layout (CP
+    exchange), the dispatcher and the CUDA-graph scope. The memory estimate reads no
+    ``overlap_moe_expert_parallel_comm`` (EP overlap changes when tokens travel, not what is
+    stored: the estimator never reads that field), so the two overlap twins of a variant have
+    equal estimates and one is computed for both."""
+    return run.layout, run.options.dispatcher, run.options.cuda_graph_scope
 
 
 def fastest_fitting_variant(
@@ -269,17 +289,21 @@ def fastest_fitting_variant(
     """The fastest legal variant of ``fitted`` that still fits. Time does not depend on memory, so
     the variants are timed first (``priced_variants``) and memory is estimated fastest-first until
     one fits (most variants fit, so this is usually one memory estimate instead of one per
-    variant). The variant that is ``fitted`` itself reuses its estimates."""
+    variant). The variant that is ``fitted`` itself reuses its estimates, and so does its overlap
+    twin (``memory_twin_key``); each other pair of twins is estimated once."""
     timed = priced_variants(request, fitted, staged, judge, memo)
     # Stable sort: among equal predictions the first enumerated variant wins, as before.
     timed.sort(key=lambda entry: -entry[1].tokens_per_sec_per_gpu)
     probe = worst_stage(fitted.memory)
-    for variant, time, same in timed:
-        memory = (
-            fitted.memory
-            if same
-            else probed_memory(request, variant, staged, probe, over_capacity(request, variant), memo)
-        )
+    known: dict[tuple[ParallelLayout, str, frozenset[str]], MemoryEstimate | None] = {
+        memory_twin_key(fitted.run): fitted.memory
+    }
+    for variant, time, _ in timed:
+        key = memory_twin_key(variant)
+        if key in known:
+            memory = known[key]
+        else:
+            memory = known[key] = probed_memory(request, variant, staged, probe, over_capacity(request, variant), memo)
         if memory is not None and memory.fits(request.memory_margin):
             return Plan(variant, memory, time)
     return None

@@ -40,9 +40,14 @@ from lcmoe.specs.hardware import HardwareSpec
 from lcmoe.specs.model import ModelSpec
 from lcmoe.workload import TrainingOptions
 
+# A model chunk by what ``chunk_activation_bytes`` reads of it: its decoder layers, MTP layers and
+# whether it holds the embedding.
+ChunkKey = tuple[tuple[int, ...], int, bool]
 # Per-layer stored activations by layer signature: under the options, and under their
-# recompute-free replay (``replayed_options``). A memo shared by one estimate's stages.
-LayerCache = tuple[dict[LayerSignature, float], dict[LayerSignature, float]]
+# recompute-free replay (``replayed_options``); and ``chunk_activation_bytes`` per chunk. A memo
+# shared by one estimate's stages (or, through ``SharedLayerBytes``, by the estimates of one
+# token shape, options and MoE scale: all that those functions read besides the model and chunk).
+LayerCache = tuple[dict[LayerSignature, float], dict[LayerSignature, float], dict[ChunkKey, tuple[float, float]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +64,7 @@ class StageInputs:
     first_step: bool = False
     architecture: str = "hopper"
     nvlink_domain: int = DEFAULT_NVLINK_DOMAIN
-    known: LayerCache = field(default_factory=lambda: ({}, {}))
+    known: LayerCache = field(default_factory=lambda: ({}, {}, {}))
     shape: TokenShape | None = None  # token_shape(layout, options), when built by stage_inputs
 
     @property
@@ -137,7 +142,18 @@ def largest_replayed_layer(inputs: StageInputs, stage: PipelineStage, shape: Tok
 def chunk_activation_bytes(inputs: StageInputs, chunk: ModelChunk, shape: TokenShape) -> tuple[float, float]:
     """(stored activations of one model chunk for one microbatch, its largest backward working
     set): the sum of its layers, or under full recompute ``full_recompute_bytes`` with the
-    recomputed group of layers as the working set; plus the embedding on the first chunk."""
+    recomputed group of layers as the working set; plus the embedding on the first chunk.
+    Kept in ``inputs.known`` per ``ChunkKey``: ``shape`` is ``inputs``' token shape (the one its
+    memo is kept for), and nothing else of the chunk is read."""
+    key = (chunk.decoder_layers, chunk.mtp_layers, chunk.embedding)
+    known = inputs.known[2].get(key)
+    if known is None:
+        known = inputs.known[2][key] = _chunk_activation_bytes(inputs, chunk, shape)
+    return known
+
+
+def _chunk_activation_bytes(inputs: StageInputs, chunk: ModelChunk, shape: TokenShape) -> tuple[float, float]:
+    """``chunk_activation_bytes`` computed."""
     model, options = inputs.model, inputs.options
     per_layer = chunk_layer_bytes(
         model, chunk.decoder_layers, chunk.mtp_layers, shape, options, moe_scale=inputs.moe_scale, known=inputs.known[0]
@@ -333,11 +349,11 @@ def stage_inputs(
     shape = token_shape(layout, options)
     known: LayerCache
     if shared is None or shared.model is not model:
-        replayed, known = replayed_options(options), ({}, {})
+        replayed, known = replayed_options(options), ({}, {}, {})
     else:
         replayed = shared.replayed.get(options) or shared.replayed.setdefault(options, replayed_options(options))
         key = (shape, options, moe_scale_of(options, coefficients))
-        known = shared.layers.get(key) or shared.layers.setdefault(key, ({}, {}))
+        known = shared.layers.get(key) or shared.layers.setdefault(key, ({}, {}, {}))
     return StageInputs(
         model,
         layout,

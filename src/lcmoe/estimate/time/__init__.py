@@ -51,7 +51,6 @@ from lcmoe.estimate.time.amounts import (
     mixer_cp_a2a_bytes,
     model_flops_per_token,
     moe_layer_bytes,
-    relaunched_amounts,
     time_amounts,
     tp_layer_bytes,
 )
@@ -108,14 +107,17 @@ from lcmoe.estimate.time.layer_flops import (
     mamba_scan_flops_per_layer,
 )
 from lcmoe.estimate.time.pipeline import (
+    SharedPricing,
     TimeEstimate,
     combine,
     estimate_time,
+    shared_pricing,
 )
 from lcmoe.estimate.time.recompute import (
     REPLAYED_ELEMENTWISE_SHARE,
     recompute_seconds,
 )
+from lcmoe.estimate.time.reuse import exchanged_amounts, relaunched_amounts, with_fields
 from lcmoe.estimate.time.stage import (
     LayerSeconds,
     StageRates,
@@ -151,6 +153,7 @@ __all__ = [
     "LayerFlops",
     "LayerSeconds",
     "RunAmounts",
+    "SharedPricing",
     "StageAmounts",
     "StageRates",
     "StageTime",
@@ -174,6 +177,7 @@ __all__ = [
     "ep_layer_seconds",
     "ep_link_shares",
     "estimate_time",
+    "exchanged_amounts",
     "explain_time",
     "exposed_host_seconds",
     "gdn_kernel_seconds",
@@ -200,6 +204,7 @@ __all__ = [
     "recompute_seconds",
     "relaunched_amounts",
     "scaleout_link_bandwidth",
+    "shared_pricing",
     "shipped_time_coefficients",
     "stage_rates",
     "stage_terms",
@@ -211,4 +216,5 @@ __all__ = [
     "time_term",
     "tp_layer_bytes",
     "window_attention_saturation",
+    "with_fields",
 ]

@@ -3,7 +3,7 @@ run (one GPU's share of one microbatch)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from lcmoe.estimate.flops import flops_per_token, lora_model_flops_per_token
 from lcmoe.estimate.memory import (
@@ -19,12 +19,41 @@ from lcmoe.estimate.memory import (
 from lcmoe.estimate.packing import attention_lengths, bridge_core_length, real_token_share
 from lcmoe.estimate.params import LayerSignature, attention_kind, layer_signature, lora_adapters
 from lcmoe.estimate.time.communication import ep_link_shares
+from lcmoe.estimate.time.layer_bytes import (
+    attention_cp_bytes,
+    dispatch_bytes,
+    mixer_cp_a2a_bytes,
+    moe_layer_bytes,
+    tp_layer_bytes,
+)
 from lcmoe.estimate.time.layer_flops import gdn_token_heads, layer_flops_per_token
 from lcmoe.estimate.time.offload import stage_offload_bytes
 from lcmoe.layout import ParallelLayout, PipelineStage
 from lcmoe.run import RunConfig
 from lcmoe.specs.model import AttentionKind, ModelSpec
 from lcmoe.workload import TrainingOptions, unchecked_replace
+
+__all__ = [
+    "ADAM_GPU_BYTES_PER_PARAM",
+    "OFFLOAD_HOST_LINK_BYTES_PER_PARAM",
+    "LayerAmounts",
+    "RunAmounts",
+    "StageAmounts",
+    "adapter_flops_per_token",
+    "attention_chunk",
+    "attention_cp_bytes",
+    "dense_gemm_kernels",
+    "dispatch_bytes",
+    "gemm_passes",
+    "mixer_cp_a2a_bytes",
+    "model_flops_per_token",
+    "moe_layer_bytes",
+    "no_recompute_options",
+    "stage_layer_groups",
+    "stage_signatures",
+    "time_amounts",
+    "tp_layer_bytes",
+]
 
 
 # ----- amounts (coefficient-free) ------------------------------------------------------------
@@ -218,101 +247,6 @@ def dense_gemm_kernels(model: ModelSpec, layer: int, passes: int) -> float:
     return float((mixer + mlp) * passes)
 
 
-def mixer_cp_a2a_bytes(run: RunConfig, kind: AttentionKind) -> float:
-    """All-to-all bytes per microbatch on one GPU of a GDN or Mamba mixer under CP (sequence ↔
-    heads, before and after the mixer, forward and backward): 2·(cp − 1)/cp · tokens · 2 B · width / tp."""
-    model, layout = run.model, run.layout
-    shape = token_shape(layout, run.options)
-    if layout.cp <= 1:
-        return 0.0
-    if kind is AttentionKind.GDN:
-        # GDN CP is Ulysses-style: in_proj output (q, k, v, z, β, α) all-to-all sequence → heads
-        # before the conv + recurrence, and the output back, forward and backward, not overlapped
-        # (Megatron-LM gdn.py a2a_cp_to_hp / a2a_hp_to_cp; kernel-rates-by-shape.md §4c).
-        qk = model.linear_num_key_heads * model.linear_key_head_dim
-        vd = model.linear_num_value_heads * model.linear_value_head_dim
-        width = 2 * qk + 2 * vd + 2 * model.linear_num_value_heads + vd
-        return 2 * (layout.cp - 1) / layout.cp * shape.tokens * BF16 * width / layout.tp
-    if kind is AttentionKind.MAMBA:
-        # Mamba CP trades sequence for heads: all-to-all of the in_proj output before the
-        # conv+scan and of its output after, forward and backward (mamba_context_parallel.py).
-        width = model.mamba_in_proj_size + model.mamba_inner_size
-        return 2 * (layout.cp - 1) / layout.cp * shape.tokens * BF16 * width / layout.tp
-    return 0.0
-
-
-def attention_cp_bytes(run: RunConfig, layer: int) -> tuple[float, float]:
-    """(KV bytes per ring step, all-to-all bytes) of a softmax-attention layer under CP, one GPU,
-    one microbatch: ring tokens · 2 B · KV width (/ tp unless DSA); a2a 2·2·(n − 1)/n · tokens ·
-    2 B · (2·q width + KV width) / tp (q, k, v in and the output back, forward and backward), n
-    the all-to-all group: cp for ``a2a``, the inner size a for ``a2a+p2p``.
-
-    ``a2a+p2p`` (Transformer Engine ``AttnFuncWithCPAndKVP2P`` with two CP groups): the forward
-    all-to-alls q, k, v over the a ranks of the inner group (``flash_attn_a2a_communicate`` before
-    attention: sequence ↔ heads, so a rank then holds a·tokens rows of heads/(tp·a)), runs the
-    p2p ring over the p = cp/a outer ranks, and all-to-alls the output back; the backward
-    all-to-alls out and dout, runs the dK/dV ring and all-to-alls dq, dk, dv back. The all-to-all
-    bytes are the flat a2a count at group size a (so [cp, 1] costs what ``a2a`` does); a ring
-    step moves a·tokens · 2 B · KV width / (tp·a) = the same bytes per step as the flat ring, over
-    p − 1 steps instead of cp − 1."""
-    model, layout = run.model, run.layout
-    kind = attention_kind(model, layer)
-    if layout.cp <= 1 or not kind.is_softmax_attention:
-        return 0.0, 0.0
-    shape = token_shape(layout, run.options)
-    if model.is_dsa:
-        # DSA all-gathers only the latent keys (and an indexer layer's keys), which every TP
-        # rank holds whole (dsa.py gather_from_sequence_parallel_region); the exchange is
-        # costed like the ring's, per step of its local share.
-        width = model.kv_lora_rank + model.qk_pos_emb_head_dim
-        width += model.dsa_indexer_head_dim if model.has_dsa_indexer(layer) else 0
-        q_width = 0
-    elif model.multi_latent_attention:
-        width = model.num_attention_heads * (model.qk_head_dim + model.qk_pos_emb_head_dim + model.v_head_dim)
-        q_width = model.num_attention_heads * (model.qk_head_dim + model.qk_pos_emb_head_dim)
-    else:
-        width = 2 * model.query_groups * model.head_dim
-        q_width = model.num_attention_heads * model.head_dim
-    cp_kv = shape.tokens * BF16 * width / (1 if model.is_dsa else layout.tp)
-    group = layout.cp_a2a_size if layout.cp_comm_type == "a2a+p2p" else layout.cp
-    cp_a2a = 2 * 2 * (group - 1) / group * shape.tokens * BF16 * (2 * q_width + width) / layout.tp
-    return cp_kv, cp_a2a
-
-
-def dispatch_bytes(options: TrainingOptions) -> float:
-    """Bytes per element of a dispatched token: FP8 (1 B) when DeepEP or HybridEP dispatch under
-    an FP8 recipe, else BF16 (2 B); the combine is always BF16."""
-    return 1.0 if options.is_fp8 and options.dispatcher in ("deepep", "hybridep") else float(BF16)
-
-
-def moe_layer_bytes(run: RunConfig, layer: int) -> tuple[float, float]:
-    """(EP dispatch + combine bytes, routed-token bytes the permutes move) of a layer, one GPU, one
-    microbatch. EP: 2 · Td · width · (dispatch bytes + 2 B), Td = routed tokens · etp · imbalance
-    (FP8 dispatch at 1 B with DeepEP / HybridEP); permuted: routed tokens · width · 2 B."""
-    model, layout, options = run.model, run.layout, run.options
-    if not model.is_moe_layer(layer):
-        return 0.0, 0.0
-    shape = token_shape(layout, options)
-    routed_tokens = shape.tokens / shape.sp * model.moe_router_topk
-    moe_token_bytes = routed_tokens * model.expert_width * BF16
-    ep_bytes = 0.0
-    if layout.ep * layout.etp > 1:
-        td = routed_tokens * layout.etp * options.moe_token_imbalance
-        ep_bytes = 2 * td * model.expert_width * (dispatch_bytes(options) + BF16)
-    return ep_bytes, moe_token_bytes
-
-
-def tp_layer_bytes(run: RunConfig, layer: int) -> float:
-    """Sequence-parallel TP bytes of a layer, one GPU, one microbatch: per block (mixer, MLP) an
-    all-gather + reduce-scatter forward and backward, 4 · blocks · (tp − 1)/tp · tokens · h · 2 B."""
-    model, layout = run.model, run.layout
-    if layout.tp <= 1:
-        return 0.0
-    shape = token_shape(layout, run.options)
-    blocks = (attention_kind(model, layer) is not AttentionKind.NONE) + model.has_mlp(layer)
-    return 4 * blocks * (layout.tp - 1) / layout.tp * shape.tokens * model.hidden_size * BF16
-
-
 def _layer_amounts(run: RunConfig, layer: int, no_recompute: TrainingOptions) -> LayerAmounts:
     """One layer's amounts (the stage counts its group's layers). ``no_recompute``: the
     run's options without recompute (what the forward touches once)."""
@@ -362,6 +296,41 @@ ADAM_GPU_BYTES_PER_PARAM = 28
 OFFLOAD_HOST_LINK_BYTES_PER_PARAM = 6
 
 
+def no_recompute_options(options: TrainingOptions) -> TrainingOptions:
+    """``options`` without recompute: what a forward touches once (the layers' elementwise bytes):
+    every stored tensor, the offloaded ones too (they are written before they leave; the copies
+    are priced apart, offload.stage_offload_bytes)."""
+    return unchecked_replace(
+        options, recompute_granularity="none", recompute_modules=frozenset(), activation_offload_modules=frozenset()
+    )
+
+
+def stage_signatures(model: ModelSpec, stage: PipelineStage) -> dict[LayerSignature, list[int]]:
+    """The stage's groups of identical layers, in order: signature → [first layer, layers]."""
+    # MTP layers are transformer layers of the last decoder layer's kind (hybrid: the MTP depth).
+    counts = {layer_signature(model, first): [first, count] for first, count in stage.layer_groups}
+    if stage.mtp_layers:
+        mtp = model.mtp_layer
+        counts.setdefault(layer_signature(model, mtp), [mtp, 0])[1] += stage.mtp_layers
+    return counts
+
+
+def stage_layer_groups(
+    run: RunConfig,
+    stage: PipelineStage,
+    per_signature: dict[LayerSignature, LayerAmounts],
+    no_recompute: TrainingOptions,
+) -> tuple[tuple[LayerAmounts, ...], tuple[int, ...]]:
+    """(one layer's amounts per group of identical layers of ``stage``, the layers in each):
+    ``per_signature`` is shared by the run's stages (filled here)."""
+    counts = stage_signatures(run.model, stage)
+    if any(key not in per_signature for key in counts):
+        for key, (first, _) in counts.items():
+            if key not in per_signature:
+                per_signature[key] = _layer_amounts(run, first, no_recompute)
+    return tuple(per_signature[key] for key in counts), tuple(count for _, count in counts.values())
+
+
 def _stage_amounts(
     run: RunConfig,
     stage: PipelineStage,
@@ -373,17 +342,7 @@ def _stage_amounts(
     per signature, shared by the run's stages (filled here); ``no_recompute``: the run's options
     without recompute (what a forward touches once)."""
     model, layout, options = run.model, run.layout, run.options
-    # MTP layers are transformer layers of the last decoder layer's kind (hybrid: the MTP depth).
-    counts = {layer_signature(model, first): [first, count] for first, count in stage.layer_groups}
-    if stage.mtp_layers:
-        mtp = model.mtp_layer
-        counts.setdefault(layer_signature(model, mtp), [mtp, 0])[1] += stage.mtp_layers
-    if any(key not in per_signature for key in counts):
-        for key, (first, _) in counts.items():
-            if key not in per_signature:
-                per_signature[key] = _layer_amounts(run, first, no_recompute)
-    groups = tuple(per_signature[key] for key in counts)
-    group_counts = tuple(count for _, count in counts.values())
+    groups, group_counts = stage_layer_groups(run, stage, per_signature, no_recompute)
     tokens = options.seq_len * layout.mbs / (layout.tp * layout.cp)
     logits = 0.0
     if stage.has_loss:
@@ -414,6 +373,16 @@ def _stage_amounts(
     )
 
 
+def _run_stages(run: RunConfig, staged: StagedLayout) -> tuple[StageAmounts, ...]:
+    """Every stage's amounts; identical layers (one signature) are counted once for all stages."""
+    per_signature: dict[LayerSignature, LayerAmounts] = {}
+    no_recompute = no_recompute_options(run.options)
+    return tuple(
+        _stage_amounts(run, stage, params, per_signature, no_recompute)
+        for stage, params in zip(staged.stages, staged.params, strict=True)
+    )
+
+
 def time_amounts(run: RunConfig, staged: StagedLayout | None = None) -> RunAmounts:
     """The coefficient-free amounts of a run: FLOPs by kind and bytes by link, per stage.
     ``staged`` (``staged_layout`` of the run's model and layout) may be passed when the caller
@@ -424,18 +393,8 @@ def time_amounts(run: RunConfig, staged: StagedLayout | None = None) -> RunAmoun
     local, remote = ep_link_shares(model, layout.ep, layout.etp, hardware.nvlink_domain_size, options.dispatcher)
     # Training tokens per step: the packs' real document tokens (all of them for fixed length).
     tokens = layout.gbs * options.seq_len * real_token_share(layout, options)
-    per_signature: dict[LayerSignature, LayerAmounts] = {}
-    # What a forward touches once: every stored tensor, the offloaded ones too (they are written
-    # before they leave; the copies are priced apart, offload.stage_offload_bytes).
-    no_recompute = unchecked_replace(
-        options, recompute_granularity="none", recompute_modules=frozenset(), activation_offload_modules=frozenset()
-    )
-    staged = staged or staged_layout(model, layout)
     return RunAmounts(
-        stages=tuple(
-            _stage_amounts(run, stage, params, per_signature, no_recompute)
-            for stage, params in zip(staged.stages, staged.params, strict=True)
-        ),
+        stages=_run_stages(run, staged or staged_layout(model, layout)),
         gpu=hardware.name,
         gemm_peak_flops_per_second=hardware.peak(options.tensor_core_precision),
         bf16_peak_flops_per_second=hardware.peak("bf16"),
@@ -479,29 +438,4 @@ def time_amounts(run: RunConfig, staged: StagedLayout | None = None) -> RunAmoun
         dispatch_bytes=dispatch_bytes(options),
         cp_outer_ring=layout.cp_ring_size if layout.cp_comm_type == "a2a+p2p" else 0,
         cp_a2a_span=layout.tp * layout.cp_a2a_size if layout.cp_comm_type == "a2a+p2p" else 0,
-    )
-
-
-def relaunched_amounts(amounts: RunAmounts, run: RunConfig) -> RunAmounts:
-    """``time_amounts(run)`` from the amounts of a run that differs from ``run`` only in
-    dispatcher, CUDA-graph scope and EP overlap, without recounting the layers: the planner prices
-    its dispatcher × graph × overlap variants from one set of amounts, since the FLOPs and bytes
-    stay the same and only how tokens travel and kernels launch changes. ``time_amounts`` reads
-    those options only into the fields set here, save two cases that are refused: a dispatcher
-    that sends tokens at another width (``dispatch_bytes``, in every MoE layer's ep_bytes), and a
-    full-iteration graph (its static MoE buffers change the stored bytes, ``dispatched_tokens``;
-    the stored bytes are otherwise taken without recompute, where the scope does not matter)."""
-    model, layout, options = run.model, run.layout, run.options
-    if "full_iteration" in amounts.cuda_graph_scope or "full_iteration" in options.cuda_graph_scope:
-        raise ValueError("a full-iteration CUDA graph changes the MoE amounts: use time_amounts")
-    if dispatch_bytes(options) != amounts.dispatch_bytes:
-        raise ValueError(f"{options.dispatcher} dispatches at another width: use time_amounts")
-    local, remote = ep_link_shares(model, layout.ep, layout.etp, run.hardware.nvlink_domain_size, options.dispatcher)
-    return replace(
-        amounts,
-        ep_local_share=local,
-        ep_remote_share=remote,
-        dispatcher=options.dispatcher,
-        cuda_graph_scope=frozenset(options.cuda_graph_scope),
-        ep_overlap=options.overlap_moe_expert_parallel_comm,
     )

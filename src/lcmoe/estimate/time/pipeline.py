@@ -3,14 +3,21 @@ data-parallel gradient traffic and the optimizer step."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lcmoe.estimate.memory import StagedLayout
-from lcmoe.estimate.time.amounts import RunAmounts, time_amounts
+from lcmoe.estimate.time.amounts import RunAmounts, StageAmounts, time_amounts
 from lcmoe.estimate.time.coefficients import TimeCoefficients, shipped_time_coefficients
 from lcmoe.estimate.time.communication import link_bandwidth
 from lcmoe.estimate.time.offload import activation_offload_seconds
-from lcmoe.estimate.time.stage import StageTime, stage_rates, stage_time, stage_time_key
+from lcmoe.estimate.time.stage import (
+    LaunchFreeSeconds,
+    StageRates,
+    StageTime,
+    stage_rates,
+    stage_time,
+    stage_time_key,
+)
 from lcmoe.run import RunConfig
 
 
@@ -35,21 +42,36 @@ class TimeEstimate:
         }
 
 
-def combine(a: RunAmounts, c: TimeCoefficients) -> TimeEstimate:
-    """Step time from amounts and rates: (M + bubble) × slowest stage + exposed DP + optimizer.
-    Identical stages (``stage_time_key``) are timed once, at rates built once."""
-    rates = stage_rates(a, c)
-    timed: dict[tuple[object, ...], StageTime] = {}
-    per_stage = []
-    for stage in a.stages:
-        key = stage_time_key(stage)
-        known = timed.get(key)
-        if known is None:
-            known = timed[key] = stage_time(a, stage, c, rates)
-        per_stage.append(known)
-    critical = max(range(len(per_stage)), key=lambda i: per_stage[i].total)
-    microbatch = per_stage[critical]
-    bubble_factor = (a.pp - 1) / a.vpp if a.pp > 1 else 0.0
+@dataclass(slots=True)
+class SharedPricing:
+    """What ``combine`` computes alike for the variants of one set of amounts: amounts made from
+    one another by ``relaunched_amounts`` (the same ``stages`` tuple; only the EP link shares,
+    dispatcher, CUDA-graph scope and EP overlap differ), priced at the same coefficients. Kept by
+    the planner for one such set (``plan.fitting.priced_variants``); the values are those
+    ``combine`` computes without it:
+
+    ``rates``: ``stage_rates`` per dispatcher (the only one of those fields it reads);
+    ``bases``: each layer group's ``launch_free_seconds`` by the group's id (the groups live in
+    ``stages``, held here, so an id names one group); ``firsts``: for each stage, the index of the
+    first stage with its ``stage_time_key``; ``tail``: the exposed DP and optimizer seconds
+    (they read none of those fields)."""
+
+    stages: tuple[StageAmounts, ...]
+    rates: dict[str, StageRates] = field(default_factory=dict)
+    bases: dict[int, LaunchFreeSeconds] = field(default_factory=dict)
+    firsts: tuple[int, ...] = ()
+    tail: tuple[float, float] | None = None
+
+
+def shared_pricing(a: RunAmounts) -> SharedPricing:
+    """A fresh ``SharedPricing`` for ``a`` and the amounts relaunched from it."""
+    seen: dict[tuple[object, ...], int] = {}
+    firsts = tuple(seen.setdefault(stage_time_key(stage), index) for index, stage in enumerate(a.stages))
+    return SharedPricing(a.stages, firsts=firsts)
+
+
+def step_tail(a: RunAmounts, c: TimeCoefficients) -> tuple[float, float]:
+    """(exposed DP gradient seconds, optimizer-step seconds) of the step: the largest stage's."""
     dp_bw = link_bandwidth(a, a.dp_span, c)
     dp = max(c.dp_exposed_fraction * s.dp_bytes / dp_bw for s in a.stages)
     optimizer = max(
@@ -58,6 +80,47 @@ def combine(a: RunAmounts, c: TimeCoefficients) -> TimeEstimate:
         + s.optimizer_host_bytes / a.host_link_bytes_per_second
         for s in a.stages
     )
+    return dp, optimizer
+
+
+def stage_times(a: RunAmounts, c: TimeCoefficients, shared: SharedPricing | None = None) -> list[StageTime]:
+    """Each stage's microbatch time; identical stages (``stage_time_key``) are timed once, at
+    rates built once (``shared``: see ``combine``)."""
+    if shared is None:
+        rates = stage_rates(a, c)
+        timed: dict[tuple[object, ...], StageTime] = {}
+        per_stage = []
+        for stage in a.stages:
+            key = stage_time_key(stage)
+            known = timed.get(key)
+            if known is None:
+                known = timed[key] = stage_time(a, stage, c, rates)
+            per_stage.append(known)
+        return per_stage
+    if shared.stages is not a.stages:
+        raise ValueError("SharedPricing serves the amounts relaunched from one set of stages")
+    rates = shared.rates.get(a.dispatcher) or shared.rates.setdefault(a.dispatcher, stage_rates(a, c))
+    out: list[StageTime] = []
+    for index, (stage, first) in enumerate(zip(a.stages, shared.firsts, strict=True)):
+        out.append(out[first] if first < index else stage_time(a, stage, c, rates, shared.bases))
+    return out
+
+
+def combine(a: RunAmounts, c: TimeCoefficients, shared: SharedPricing | None = None) -> TimeEstimate:
+    """Step time from amounts and rates: (M + bubble) × slowest stage + exposed DP + optimizer.
+    Identical stages (``stage_time_key``) are timed once, at rates built once. ``shared``: what a
+    caller pricing variants of one set of amounts keeps between them (``SharedPricing``; the
+    same estimate as without it)."""
+    per_stage = stage_times(a, c, shared)
+    critical = max(range(len(per_stage)), key=lambda i: per_stage[i].total)
+    microbatch = per_stage[critical]
+    bubble_factor = (a.pp - 1) / a.vpp if a.pp > 1 else 0.0
+    if shared is None:
+        dp, optimizer = step_tail(a, c)
+    else:
+        if shared.tail is None:
+            shared.tail = step_tail(a, c)
+        dp, optimizer = shared.tail
     bubble = microbatch.total * bubble_factor
     offload = activation_offload_step_seconds(a, per_stage)
     step = microbatch.total * a.num_microbatches + bubble + dp + optimizer + offload

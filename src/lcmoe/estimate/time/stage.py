@@ -199,8 +199,29 @@ def ep_layer_seconds(a: RunAmounts, g: LayerAmounts, r: StageRates) -> float:
     return ep_exposed_seconds(ep, overlap=a.ep_overlap, dispatcher=a.dispatcher)
 
 
-def layer_seconds(a: RunAmounts, g: LayerAmounts, c: TimeCoefficients, r: StageRates) -> LayerSeconds:
-    """Every term of one layer: each an amount of ``g`` over a rate of ``r`` (module docstring)."""
+@dataclass(frozen=True, slots=True)
+class LaunchFreeSeconds:
+    """The terms of one layer that neither the dispatcher, the CUDA-graph scope nor EP overlap
+    changes (``launch_free_seconds``): what the planner's variants of one set of amounts share."""
+
+    dense: float
+    experts: float
+    attention: float
+    scan: float
+    elementwise: float
+    tp: float
+    cp: float
+    permute: float
+    # dense + experts + attention + scan + elementwise, added in layer_seconds' order (the head of
+    # its GPU-time sum, so a variant's sum is the same float).
+    compute: float
+
+
+def launch_free_seconds(a: RunAmounts, g: LayerAmounts, c: TimeCoefficients, r: StageRates) -> LaunchFreeSeconds:
+    """The launch-free terms of layer ``g``: each reads amounts of ``g``, rates of ``r`` other than
+    the EP ones, and fields of ``a`` that ``relaunched_amounts`` leaves alone (MoE imbalance,
+    HBM rate, architecture, the CP exchange), so they are the same for every dispatcher × graph ×
+    overlap variant of ``a``."""
     dense = (g.dense_flops + g.linear_flops) * r.dense_narrow_factor / r.dense_gemm_flops_per_second
     dense += g.dense_gemm_kernels * r.gemm_fixed_seconds
     experts = g.expert_flops / r.expert_gemm_flops_per_second * a.moe_imbalance if g.expert_flops else 0.0
@@ -211,18 +232,30 @@ def layer_seconds(a: RunAmounts, g: LayerAmounts, c: TimeCoefficients, r: StageR
     elementwise = c.elementwise_traffic_factor * g.elementwise_bytes / a.hbm_bytes_per_second
     tp = g.tp_bytes / r.tp_bytes_per_second * (1 - c.tp_overlap_hidden)
     cp = cp_layer_seconds(a, g, c, r.cp_bytes_per_second, attention, a2a_bw=r.cp_a2a_bytes_per_second)
-    ep = ep_layer_seconds(a, g, r)
     permute = c.moe_permute_passes * g.moe_token_bytes / a.hbm_bytes_per_second
+    compute = dense + experts + attention + scan + elementwise
+    return LaunchFreeSeconds(dense, experts, attention, scan, elementwise, tp, cp, permute, compute)
+
+
+def layer_seconds(
+    a: RunAmounts, g: LayerAmounts, c: TimeCoefficients, r: StageRates, base: LaunchFreeSeconds | None = None
+) -> LayerSeconds:
+    """Every term of one layer: each an amount of ``g`` over a rate of ``r`` (module docstring).
+    ``base``: ``launch_free_seconds(a, g, c, r)`` when the caller has it (for a variant of ``a``)."""
+    b = base or launch_free_seconds(a, g, c, r)
+    ep = ep_layer_seconds(a, g, r)
     recompute = recompute_seconds(
-        a, g, r.dense_gemm_flops_per_second, dense, experts, attention, elementwise, ep + permute, scan=scan
+        a, g, r.dense_gemm_flops_per_second, b.dense, b.experts, b.attention, b.elementwise, ep + b.permute, scan=b.scan
     )
     host = layer_host_seconds(a.cuda_graph_scope, g.is_moe, c, a.local_experts, kind=g.kind, has_mlp=g.has_mlp)
-    gpu = dense + experts + attention + scan + elementwise + recompute + tp + cp + ep + permute
+    gpu = b.compute + recompute + b.tp + b.cp + ep + b.permute
     # A full-iteration graph cannot contain a device-to-host sync (Megatron requires the
     # static-shape path for it), so no dispatcher blocks the host there.
     host_sync = g.is_moe and a.dispatcher in HOST_SYNCING_DISPATCHERS and "full_iteration" not in a.cuda_graph_scope
     overhead = exposed_host_seconds(host, gpu, host_sync=host_sync)
-    return LayerSeconds(dense, experts, attention, scan, elementwise, recompute, tp, cp, ep, permute, host, overhead)
+    return LayerSeconds(
+        b.dense, b.experts, b.attention, b.scan, b.elementwise, recompute, b.tp, b.cp, ep, b.permute, host, overhead
+    )
 
 
 def pp_stage_seconds(a: RunAmounts, stage: StageAmounts, r: StageRates, compute: float) -> float:
@@ -246,41 +279,48 @@ def stage_time_key(stage: StageAmounts) -> tuple[object, ...]:
     return (stage.groups, stage.counts, stage.logits_flops, stage.pp_bytes)
 
 
-def stage_time(a: RunAmounts, stage: StageAmounts, c: TimeCoefficients, rates: StageRates | None = None) -> StageTime:
+def stage_time(
+    a: RunAmounts,
+    stage: StageAmounts,
+    c: TimeCoefficients,
+    rates: StageRates | None = None,
+    bases: dict[int, LaunchFreeSeconds] | None = None,
+) -> StageTime:
     """Forward + backward of one microbatch on one GPU of ``stage`` (see the module docstring).
     ``rates``: ``stage_rates(a, c)``, the same for every stage of ``a`` (a caller timing them all
-    builds it once)."""
+    builds it once). ``bases``: each layer group's ``launch_free_seconds`` by the group's id,
+    kept by a caller pricing variants of one set of amounts (``pipeline.SharedPricing``)."""
     r = rates or stage_rates(a, c)
-    totals = dict.fromkeys(
-        ("dense", "expert", "attention", "elementwise", "recompute", "tp", "cp", "ep", "ovh", "permute"), 0.0
-    )
+    dense = expert = attention = elementwise = recompute = tp = cp = ep = ovh = permute = 0.0
     for g, count in zip(stage.groups, stage.counts, strict=True):
-        s = layer_seconds(a, g, c, r)
-        for key, value in (
-            ("dense", s.dense),
-            ("expert", s.experts),
-            ("attention", s.attention + s.scan),  # sequence mixing: attention core and Mamba scan
-            ("elementwise", s.elementwise),
-            ("recompute", s.recompute),
-            ("tp", s.tp),
-            ("cp", s.cp),
-            ("ep", s.ep),
-            ("ovh", s.overhead),
-            ("permute", s.permute),
-        ):
-            totals[key] += value * count
-    totals["dense"] += stage.logits_flops / r.logits_flops_per_second
-    compute = sum(totals[k] for k in ("dense", "expert", "attention", "elementwise", "recompute"))
+        base = None
+        if bases is not None:
+            base = bases.get(id(g))
+            if base is None:
+                base = bases[id(g)] = launch_free_seconds(a, g, c, r)
+        s = layer_seconds(a, g, c, r, base)
+        dense += s.dense * count
+        expert += s.experts * count
+        attention += (s.attention + s.scan) * count  # sequence mixing: attention core and Mamba scan
+        elementwise += s.elementwise * count
+        recompute += s.recompute * count
+        tp += s.tp * count
+        cp += s.cp * count
+        ep += s.ep * count
+        ovh += s.overhead * count
+        permute += s.permute * count
+    dense += stage.logits_flops / r.logits_flops_per_second
+    compute = dense + expert + attention + elementwise + recompute
     return StageTime(
-        dense_gemm=totals["dense"],
-        expert_gemm=totals["expert"],
-        attention=totals["attention"],
-        elementwise=totals["elementwise"],
-        recompute=totals["recompute"],
-        tp_comm=totals["tp"],
-        cp_comm=totals["cp"],
-        ep_comm=totals["ep"],
+        dense_gemm=dense,
+        expert_gemm=expert,
+        attention=attention,
+        elementwise=elementwise,
+        recompute=recompute,
+        tp_comm=tp,
+        cp_comm=cp,
+        ep_comm=ep,
         pp_comm=pp_stage_seconds(a, stage, r, compute),
-        overhead=totals["ovh"],
-        moe_permute=totals["permute"],
+        overhead=ovh,
+        moe_permute=permute,
     )
