@@ -141,6 +141,8 @@ def _model_summary(model: Any) -> dict[str, Any]:
         "seq_length",
         "recompute_granularity",
         "cp_comm_type",
+        "overlap_moe_expert_parallel_comm",
+        "delay_wgrad_compute",
     )
     out = {name: getattr(model, name, None) for name in fields}
     return {k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v)) for k, v in out.items()}
@@ -212,19 +214,24 @@ def _case_environment(case: dict[str, Any]) -> Any:
     """The case's ``env`` (what the plan's launcher exports) and, with ``te_gate``, Bridge's own
     TE version checks answered as ``TE_VERSION`` (its validators import megatron.core.utils'
     is_te_min_version, which says 0.0.0 without TE: e.g. the NVTE_CPU_OFFLOAD_V1 gate of
-    fine-grained activation offloading, config.py:2053-2059); both undone afterwards."""
+    fine-grained activation offloading, config.py:2053-2059; comm_overlap.py imports it by name,
+    for the delayed-wgrad gates at :519-529); both undone afterwards."""
+    import megatron.bridge.training.comm_overlap as comm_overlap
     import megatron.core.utils as mcore_utils
     from packaging.version import Version
 
     saved_env = {name: os.environ.get(name) for name in case.get("env", {})}
-    saved_gate = mcore_utils.is_te_min_version
+    saved_gate, saved_overlap_gate = mcore_utils.is_te_min_version, comm_overlap.is_te_min_version
     os.environ.update(case.get("env", {}))
     if case.get("te_gate"):
-        mcore_utils.is_te_min_version = lambda version, check_equality=True: Version(TE_VERSION) >= Version(version)  # type: ignore[assignment]
+        gate = lambda version, check_equality=True: Version(TE_VERSION) >= Version(version)  # noqa: E731
+        mcore_utils.is_te_min_version = gate  # type: ignore[assignment]
+        comm_overlap.is_te_min_version = gate  # type: ignore[assignment]
     try:
         yield
     finally:
         mcore_utils.is_te_min_version = saved_gate  # type: ignore[assignment]
+        comm_overlap.is_te_min_version = saved_overlap_gate  # type: ignore[assignment]
         for name, value in saved_env.items():
             if value is None:
                 os.environ.pop(name, None)

@@ -194,6 +194,9 @@ class TrainingOptions:
     moe_router_dtype_fp32: bool = True
     moe_token_imbalance: float = 1.0
     overlap_moe_expert_parallel_comm: bool = False
+    # Delayed weight-gradient GEMMs in the a2a-overlap schedule (ModelParallelConfig
+    # .delay_wgrad_compute, mcore model_parallel_config.py:348; rules.delay_wgrad).
+    delay_wgrad_compute: bool = False
     # Graphs and allocator.
     cuda_graph_scope: frozenset[str] = field(default_factory=frozenset)
     expandable_segments: bool = True

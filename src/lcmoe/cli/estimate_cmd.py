@@ -10,6 +10,7 @@ from rich.table import Table
 
 from lcmoe.cli import run_options as ro
 from lcmoe.cli.common import EXIT_FINDINGS, JSON, abort, print_json, stdout
+from lcmoe.cli.estimate_view import render_explanation
 from lcmoe.plan.format import cp_exchange_text, packing_text, peft_text
 
 # Allocated components sum to "peak allocated"; adding the reserved-only ones gives "peak reserved".
@@ -79,6 +80,11 @@ def estimate(
         False,
         "--ep-overlap/--no-ep-overlap",
         help="overlap the EP all-to-all with compute (overlap_moe_expert_parallel_comm)",
+    ),
+    delay_wgrad_compute: bool = typer.Option(
+        False,
+        "--delay-wgrad-compute",
+        help="delay the weight-gradient GEMMs in the EP-overlap schedule (delay_wgrad_compute; needs --ep-overlap)",
     ),
     cp_comm_type: str | None = ro.CP_COMM_TYPE,
     hierarchical_cp_sizes: str | None = ro.HIERARCHICAL_CP_SIZES,
@@ -208,7 +214,12 @@ def _run_from_flags(params: dict[str, Any], given: list[str]) -> Any:
         offload_modules=params["offload_modules"],
         activation_offload_fraction=params["activation_offload_fraction"],
     )
-    return _with_knobs(run, ep_overlap=params["ep_overlap"], main_grads_dtype=main_grads_dtype)
+    return _with_knobs(
+        run,
+        ep_overlap=params["ep_overlap"],
+        delay_wgrad=params["delay_wgrad_compute"],
+        main_grads_dtype=main_grads_dtype,
+    )
 
 
 def _estimate_and_print(
@@ -283,14 +294,17 @@ def _run_from_plan(path: Path, rank: int) -> Any:
     return run_from_plan(doc, index=rank - 1)
 
 
-def _with_knobs(run: Any, *, ep_overlap: bool, main_grads_dtype: str | None) -> Any:
-    """The knobs run_options.build_run does not take: EP overlap and the gradient buffer's dtype."""
+def _with_knobs(run: Any, *, ep_overlap: bool, delay_wgrad: bool, main_grads_dtype: str | None) -> Any:
+    """The knobs run_options.build_run does not take: EP overlap, delayed wgrad and the gradient
+    buffer's dtype."""
     from dataclasses import replace
 
     options = run.options
     changes: dict[str, Any] = {}
     if ep_overlap != options.overlap_moe_expert_parallel_comm:
         changes["overlap_moe_expert_parallel_comm"] = ep_overlap
+    if delay_wgrad != options.delay_wgrad_compute:
+        changes["delay_wgrad_compute"] = delay_wgrad
     if main_grads_dtype is not None and main_grads_dtype != options.main_grads_dtype:
         changes["main_grads_dtype"] = main_grads_dtype
     return replace(run, options=replace(options, **changes)) if changes else run
@@ -304,6 +318,7 @@ def _settings(run: Any) -> dict[str, Any]:
         "main_grads_dtype": opt.main_grads_dtype,
         "exp_avg_dtype": opt.exp_avg_dtype,
         "overlap_moe_expert_parallel_comm": opt.overlap_moe_expert_parallel_comm,
+        "delay_wgrad_compute": opt.delay_wgrad_compute,
         "moe_token_imbalance": opt.moe_token_imbalance,
         "expandable_segments": opt.expandable_segments,
         "fp8_param_gather": opt.quantized_params,
@@ -358,6 +373,13 @@ def render_estimate(result: dict[str, Any], *, quiet: bool = False) -> None:
     stdout.print(verdict)
 
 
+def _ep_overlap_text(inputs: dict[str, Any]) -> str:
+    """``on`` / ``off``, with ``+ delayed wgrad`` when delay_wgrad_compute is on."""
+    if not inputs.get("overlap_moe_expert_parallel_comm"):
+        return "off"
+    return "on + delayed wgrad" if inputs.get("delay_wgrad_compute") else "on"
+
+
 def settings_line(inputs: dict[str, Any], layout: dict[str, Any]) -> str:
     """The rest of what the estimate assumed, in the words plan cards use (cli/plan_view.py)."""
     from lcmoe.cli.plan_view import optimizer_text
@@ -365,7 +387,7 @@ def settings_line(inputs: dict[str, Any], layout: dict[str, Any]) -> str:
     graphs = ",".join(inputs["cuda_graph_scope"]) or "none"
     parts = [
         f"dispatcher {inputs['dispatcher']}",
-        f"EP overlap {'on' if inputs.get('overlap_moe_expert_parallel_comm') else 'off'}",
+        f"EP overlap {_ep_overlap_text(inputs)}",
         f"CUDA graphs {graphs}",
         f"optimizer {optimizer_text(inputs)}",
         f"CP exchange {cp_exchange_text(layout) if layout['cp'] > 1 else layout['cp_comm_type']}",
@@ -410,33 +432,4 @@ def render_time(time: dict[str, Any]) -> None:
     stdout.print(
         f"tokens/s/GPU {time['tokens_per_sec_per_gpu']:.0f}   model TFLOP/s/GPU "
         f"{time['model_tflops_per_gpu']:.0f}   MFU {100 * time['mfu']:.1f}% (of dense BF16 peak)"
-    )
-
-
-def _term_line(term: Any) -> str:
-    """``name: amount unit / rate unit [× factor] = seconds s [(why the factor)]``, 4 significant
-    digits each, so that amount / rate × factor can be redone by hand."""
-    line = f"  {term.name}: {term.amount:.4g} {term.amount_unit} / {term.rate:.4g} {term.rate_unit}"
-    if term.factor != 1.0:
-        line += f" × {term.factor:.4g}"
-    line += f" = {term.seconds:.4g} s"
-    return line + (f"  ({term.factor_note})" if term.factor_note and term.factor != 1.0 else "")
-
-
-def render_explanation(explanation: Any) -> None:
-    """The terms of one stage's microbatch and the step they make (``estimate --explain``)."""
-    e = explanation
-    which = "the slowest" if e.stage == e.critical_stage else f"the slowest is stage {e.critical_stage}"
-    stdout.print(f"step-time terms of stage {e.stage} ({which}), one microbatch on one GPU:", highlight=False)
-    for term in e.terms:
-        stdout.print(_term_line(term), highlight=False, markup=False)
-    stdout.print(f"  microbatch of stage {e.stage} = sum of the terms = {e.microbatch_seconds:.4g} s", highlight=False)
-    stdout.print("step terms beside the microbatches:", highlight=False)
-    for term in e.step_terms:
-        stdout.print(_term_line(term), highlight=False, markup=False)
-    extra = sum(t.seconds for t in e.step_terms)
-    stdout.print(
-        f"step = {e.critical_microbatch_seconds:.4g} s (stage {e.critical_stage} microbatch) × ({e.num_microbatches} "
-        f"microbatches + {e.bubble_factor:.4g} bubble) + {extra:.4g} s (step terms) = {e.step_seconds:.4g} s",
-        highlight=False,
     )

@@ -203,6 +203,7 @@ class EstimateInputs(_Open):
     precision_aware_optimizer: bool
     main_grads_dtype: Literal["fp32", "bf16"]
     overlap_moe_expert_parallel_comm: bool
+    delay_wgrad_compute: bool = False
     doc_lengths: DocLengths | None = Field(default=None, description="only with --doc-lengths")
     activation_offload: ActivationOffload | None = Field(default=None, description="only with --offload-modules")
 

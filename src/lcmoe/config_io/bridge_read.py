@@ -53,6 +53,10 @@ def run_from_overrides(
             _flag(values, "comm_overlap.overlap_moe_expert_parallel_comm", False)
             or _flag(values, "model.overlap_moe_expert_parallel_comm", False)
         ),
+        delay_wgrad_compute=(
+            _flag(values, "comm_overlap.delay_wgrad_compute", False)
+            or _flag(values, "model.delay_wgrad_compute", False)
+        ),
         distributed_optimizer=_flag(values, "ddp.use_distributed_optimizer", True),
         fp8_param_gather=_quantized_params(precision, fields),
         main_grads_dtype=_gradient_buffer_dtype(values, fields, aware=aware),

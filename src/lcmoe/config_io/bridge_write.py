@@ -110,7 +110,12 @@ def _moe(run: RunConfig) -> dict[str, Any]:
         out["model.moe_flex_dispatcher_backend"] = opt.dispatcher
     else:
         out["model.moe_token_dispatcher_type"] = opt.dispatcher
-    out[ep_overlap_key(run.model, opt, run.hardware)] = opt.overlap_moe_expert_parallel_comm
+    key = ep_overlap_key(run.model, opt, run.hardware)
+    out[key] = opt.overlap_moe_expert_parallel_comm
+    if opt.delay_wgrad_compute:
+        # Set where EP overlap is set: CommOverlapConfig.setup writes both onto the model
+        # (comm_overlap.py:438-439, :604-619); without one the model field is what runs.
+        out[key.replace("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")] = True
     # LatentMoE refuses shared-expert overlap in training (moe_layer.py:476-487).
     if opt.overlap_moe_expert_parallel_comm or run.model.moe_latent_size:
         out["model.moe_shared_expert_overlap"] = False

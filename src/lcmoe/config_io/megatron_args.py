@@ -323,6 +323,7 @@ def options_from_args(args: dict[str, Any], *, doc_lengths: DocLengths | None = 
         moe_grouped_gemm=_switch(args, "moe-grouped-gemm"),
         moe_router_dtype_fp32=args.get("moe-router-dtype") == "fp32",
         overlap_moe_expert_parallel_comm=_switch(args, "overlap-moe-expert-parallel-comm"),
+        delay_wgrad_compute=_switch(args, "delay-wgrad-compute"),
         cuda_graph_scope=graphs,
         doc_lengths=packed_doc_lengths(
             _switch(args, "dataloader-inter-document-masking"),

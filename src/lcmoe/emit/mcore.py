@@ -132,6 +132,9 @@ def _moe_kwargs(model: ModelSpec, opt: TrainingOptions) -> dict[str, Any]:
         "moe_grouped_gemm": True,
         "overlap_moe_expert_parallel_comm": opt.overlap_moe_expert_parallel_comm,
     }
+    if opt.delay_wgrad_compute:
+        # A ModelParallelConfig field (model_parallel_config.py:348), so a TransformerConfig kwarg.
+        kwargs["delay_wgrad_compute"] = True
     if not model.is_hybrid:
         kwargs["moe_layer_freq"] = [int(x) for x in model.moe_layer_pattern()]
     if model.shared_ffn:

@@ -121,6 +121,9 @@ def _moe_args(run: RunConfig) -> list[str]:
         args.append(f"--moe-token-dispatcher-type={opt.dispatcher}")
     if opt.overlap_moe_expert_parallel_comm:
         args.append("--overlap-moe-expert-parallel-comm")
+    if opt.delay_wgrad_compute:
+        # Built from the TransformerConfig field (arguments.py:2290, model_parallel_config.py:348).
+        args.append("--delay-wgrad-compute")
     return args
 
 
