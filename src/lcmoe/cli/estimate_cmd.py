@@ -365,7 +365,9 @@ def render_estimate(result: dict[str, Any], *, quiet: bool = False) -> None:
         table.add_row(f"[bold]{label}[/]", *(_gib(s[total]) for s in stages))
     stdout.print(table)
     if memory["host_bytes_per_gpu"]:
-        what = "optimizer and activations" if result["inputs"].get("activation_offload") else "optimizer"
+        parts = ["optimizer"] if result["inputs"].get("optimizer_offload_fraction") else []
+        parts += ["activations"] if result["inputs"].get("activation_offload") else []
+        what = " and ".join(parts) or "optimizer"
         stdout.print(f"host memory per GPU (offloaded {what}): {_gib(memory['host_bytes_per_gpu'])} GiB")
     time = result.get("time")
     if time:

@@ -247,7 +247,7 @@ def layout_from_args(args: dict[str, Any], *, world_size: int, num_layers: int) 
             field="--hierarchical-context-parallel-sizes",
             cp_comm_type=cp_comm_type,
         ),
-        pipeline_layout=layout_str if isinstance(layout_str, str) else None,  # bounded in layout.py
+        pipeline_layout=layout_str if isinstance(layout_str, str) else None,  # bounded in layout/parallel.py
         decoder_first_pipeline_num_layers=_int(args, "decoder-first-pipeline-num-layers"),
         decoder_last_pipeline_num_layers=_int(args, "decoder-last-pipeline-num-layers"),
         account_for_embedding_in_pipeline_split=_switch(args, "account-for-embedding-in-pipeline-split"),

@@ -1,5 +1,5 @@
 """Megatron Bridge outputs for a plan: overrides, a YAML config and a Python snippet that edits a
-``ConfigContainer``. Field paths and quirks: lcmoe.config_io.bridge."""
+``ConfigContainer``. Field paths and quirks: lcmoe.config_io.bridge_write, bridge_read, bridge_syntax."""
 
 from __future__ import annotations
 

@@ -210,7 +210,11 @@ EXTRA_BOUNDS: dict[str, tuple[float, float]] = {
     "attention_half_chunk": (1.0, 1.0e6),  # shipped 1024 tokens
     "elementwise_traffic_factor": (0.1, 100.0),  # shipped 3 passes
     "host_adam_params_per_second": (1.0e6, 1.0e13),  # shipped 6.5e8 params/s
+    "grouped_gemm_half_size_bf16": (0.0, 5.0e7),  # as grouped_gemm_half_size; 0: the same one
 }
+# Coefficients added after calibration files were first written: an older file takes the
+# shipped family's value (load_calibration).
+SHIPPED_WHEN_MISSING = ("grouped_gemm_half_size_bf16",)
 # A sustained clock relative to the family's reference GPU (fit_time.py: 0.7-1.2 fitted).
 GPU_CLOCK_BOUNDS = (0.1, 10.0)
 
@@ -300,6 +304,11 @@ def load_calibration(path: str | Path) -> Calibration:
             "must be ampere, hopper or blackwell",
             "re-run lcmoe calibrate",
         )
+    # A file written before a coefficient existed takes the shipped value, not the dataclass
+    # default (a missing BF16 half-size would rate Hopper BF16 experts at the FP8 one).
+    shipped = shipped_time_coefficients(architecture)
+    for name in SHIPPED_WHEN_MISSING:
+        coefficients.setdefault(name, getattr(shipped, name))
     runs = data.get("runs") or []
     if not isinstance(runs, list):
         raise LcmoeError(f"--calibration {where}: runs", runs, "must be a list", "re-run lcmoe calibrate")

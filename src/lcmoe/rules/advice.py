@@ -177,7 +177,7 @@ PLANNER_ONLY = {
 RULE_IDS = frozenset({rule.id for rule in RULES} | set(PLANNER_ONLY))
 
 # Rules that `diagnose` and `check --intended` cite for failures users report on Megatron-LM,
-# Megatron Bridge and DeepEP (the table with each one's sources: diagnose/failures.py). They do not
+# Megatron Bridge and DeepEP (the table with each one's sources: diagnose/failure_patterns.py). They do not
 # come from the long-context guide, so they stay out of RULE_IDS.
 FAILURE_RULES: dict[str, str] = {
     "DG-DEEPEP-TIMEOUT": "DeepEP dispatch or combine timed out (CPU side, intranode or internode kernels)",

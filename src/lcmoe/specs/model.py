@@ -3,7 +3,7 @@
 Field names follow Megatron-Core's ``TransformerConfig`` / ``MLATransformerConfig`` (and the
 Bridge providers that fill them, megatron-bridge-facts.md §3.1), so a reader can map each
 field to the config a run actually uses. How the model is split across GPUs is not here:
-that is ``layout.py``.
+that is the ``lcmoe.layout`` package (parallel.py, pipeline.py).
 
 Glossary (used in every formula docstring of lcmoe):
     L   num_layers (decoder layers, MTP excluded)      h   hidden_size
