@@ -100,8 +100,10 @@ def test_sweep_takes_a_range(sweep_json: dict[str, Any]) -> None:
 
 
 def _at_risk(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` with the first plan at risk and every other one not (whatever the search found)."""
     marked = json.loads(json.dumps(rows))
-    marked[0]["plan"]["memory"]["oom_risk"] = True
+    for index, row in enumerate(marked):
+        row["plan"]["memory"]["oom_risk"] = index == 0
     return list(marked)
 
 
