@@ -2,8 +2,8 @@
 
 This file runs under a *separate* interpreter that has megatron-bridge 0.6.2 and megatron-core
 0.19.2 installed (``.ci/run`` builds it; ``LCMOE_BRIDGE_PYTHON`` points at it). It imports
-neither lcmoe nor pytest: tests/test_bridge_runtime.py sends it JSON cases on stdin and reads
-one JSON result per case from stdout.
+neither lcmoe nor pytest: a test sends it JSON cases on stdin and reads one JSON result per case
+from stdout, through the session's one process (``--serve``, tests/bridge_service.py).
 
 For each case it does what ``scripts/training/run_recipe.py`` does on a cluster node:
 build the named recipe's ``ConfigContainer``, apply the emitted ``KEY=VALUE`` overrides (or
@@ -85,15 +85,19 @@ def _answer_te_version() -> None:
     tc.get_te_version = lambda: Version(TE_VERSION)  # type: ignore[assignment]
 
 
-def _redirect_hub(local_dirs: dict[str, str]) -> None:
+def _redirect_hub() -> dict[str, str]:
+    """Sends ``AutoBridge.from_hf_pretrained`` to local directories: the mapping returned (Hub name →
+    folder), which each request fills with its ``hf_dirs``."""
     from megatron.bridge import AutoBridge
 
     original = AutoBridge.from_hf_pretrained.__func__  # type: ignore[attr-defined]
+    local_dirs: dict[str, str] = {}
 
     def from_local(cls: Any, path: Any, **kwargs: Any) -> Any:
         return original(cls, local_dirs.get(str(path), path), **kwargs)
 
     AutoBridge.from_hf_pretrained = classmethod(from_local)  # type: ignore[assignment]
+    return local_dirs
 
 
 def _cpu_stand_ins(cfg: Any) -> list[str]:
@@ -286,21 +290,39 @@ def check_case(case: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def main() -> int:
-    request = json.load(sys.stdin)
-    # Bridge and its dependencies print banners and warnings; keep stdout for the JSON answer.
+def _answer(request: dict[str, Any], local_dirs: dict[str, str]) -> dict[str, Any]:
+    local_dirs.update(request.get("hf_dirs", {}))
+    results = [check_case(case) for case in request["cases"]]
+    registered = registered_precisions(request.get("mixed_precision_names", []))
+    return {"results": results, "registered_precisions": registered}
+
+
+def main(argv: list[str]) -> int:
+    """One JSON request on stdin, one JSON answer on stdout; with ``--serve``, one request per line
+    and one answer per line (flushed) until stdin closes, so the ~25 s import chain is paid once
+    for every test that asks (tests/bridge_service.py)."""
+    answers = sys.stdout
+    # Bridge and its dependencies print banners and warnings; keep stdout for the JSON answers.
     noise = io.StringIO()
     with contextlib.redirect_stdout(noise):
         _install_cpu_stubs()
         import megatron.bridge  # noqa: F401  (the whole import chain, as run_recipe.py does)
 
         _answer_te_version()
-        _redirect_hub(request.get("hf_dirs", {}))
-        results = [check_case(case) for case in request["cases"]]
-        registered = registered_precisions(request.get("mixed_precision_names", []))
-    json.dump({"results": results, "registered_precisions": registered}, sys.stdout)
+        local_dirs = _redirect_hub()
+        if "--serve" not in argv:
+            json.dump(_answer(json.load(sys.stdin), local_dirs), answers)
+            return 0
+        answers.write("ready\n")
+        answers.flush()
+        for line in sys.stdin:
+            if line.strip():
+                answers.write(json.dumps(_answer(json.loads(line), local_dirs)) + "\n")
+                answers.flush()
+                noise.seek(0)
+                noise.truncate()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -8,6 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.bridge_service import BRIDGE_PYTHON, BridgeService
+from tests.bridge_service import FIXTURE as BRIDGE_FIXTURE
+from tests.bridge_service import GROUP as BRIDGE_GROUP
+from tests.bridge_service import available as bridge_available
+
 REPO = Path(__file__).resolve().parent.parent
 # The published reference tables the accuracy gates read (shared/reference); LCMOE_REFERENCE
 # points elsewhere (benchmarks/published.py reads the same variable).
@@ -43,6 +48,17 @@ def reference_folder(folder: Path, environ: Mapping[str, str]) -> Path:
 @pytest.fixture(scope="session")
 def reference() -> Path:
     return reference_folder(REFERENCE, os.environ)
+
+
+@pytest.fixture(scope="session")
+def bridge_service() -> Generator[BridgeService, None, None]:
+    """The session's one Megatron Bridge process (tests/bridge_service.py); skipped when
+    ``LCMOE_BRIDGE_PYTHON`` is not there (the tests that use it carry the same skip mark)."""
+    if not bridge_available():
+        pytest.skip("LCMOE_BRIDGE_PYTHON (an interpreter with megatron-bridge 0.6.2) is not set; .ci/run builds one")
+    service = BridgeService(BRIDGE_PYTHON)
+    yield service
+    service.close()
 
 
 @pytest.fixture(autouse=True)
@@ -99,9 +115,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _module_fixture_group(item: pytest.Item) -> str | None:
-    """The test's file when it uses a module-scoped fixture, else None."""
+    """One group for every test that asks the session's Bridge process (whatever its file: the
+    process starts once); else the test's file when it uses a module-scoped fixture; else None."""
     info = getattr(item, "_fixtureinfo", None)
-    defs = info.name2fixturedefs.values() if info is not None else ()
-    if any(chain and chain[-1].scope == "module" for chain in defs):
+    defs = info.name2fixturedefs if info is not None else {}
+    if BRIDGE_FIXTURE in defs:
+        return BRIDGE_GROUP
+    if any(chain and chain[-1].scope == "module" for chain in defs.values()):
         return item.nodeid.split("::", 1)[0]
     return None

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ from lcmoe.estimate.time.stage import stage_time
 from lcmoe.layout import inflight_microbatch_chunks
 from lcmoe.rules.legality import violations
 from lcmoe.run import RunConfig
+from tests.bridge_service import BridgeService
 from tests.helpers import make_run, with_options
 
 EXPERT_FC1 = frozenset({"expert_fc1"})
@@ -252,14 +252,14 @@ BRIDGE_PYTHON = os.environ.get("LCMOE_BRIDGE_PYTHON", "")
     not (BRIDGE_PYTHON and Path(BRIDGE_PYTHON).exists()),
     reason="LCMOE_BRIDGE_PYTHON (an interpreter with megatron-bridge 0.6.2) is not set; .ci/run builds one",
 )
-def test_bridge_and_megatron_core_run_the_emitted_offload(tmp_path: Path) -> None:
+def test_bridge_and_megatron_core_run_the_emitted_offload(tmp_path: Path, bridge_service: BridgeService) -> None:
     """The emitted overrides go through Bridge's recipe, override machinery and
     ``runtime_config_update`` (its _validate_fine_grained_activation_offloading, then
     TransformerConfig.__post_init__) with Bridge's TE gate answered as a TE 2.x container's. With
     the emitted environment it starts; without NVTE_CPU_OFFLOAD_V1 Bridge refuses (config.py:
     2053-2059), and attn_proj without core_attn Megatron-Core refuses (transformer_config.py:
     1868-1873) as L-AOFF-ATTN-PROJ does."""
-    from tests.test_bridge_runtime import HERE, HF_DIRS, _case
+    from tests.test_bridge_runtime import _case, hf_dirs
 
     good = _qwen(frozenset({"core_attn", "attn_proj", "expert_fc1"}), activation_offload_fraction=0.5)
     env = {name: value for name, (value, _) in environment(good).items()}
@@ -271,18 +271,8 @@ def test_bridge_and_megatron_core_run_the_emitted_offload(tmp_path: Path) -> Non
         {**_case("offload/no-env", good, tmp_path), "te_gate": True},
         {**_case("offload/attn-proj-alone", lone, tmp_path), "env": env, "te_gate": True},
     ]
-    request = {"hf_dirs": {k: str(v) for k, v in HF_DIRS.items()}, "cases": cases, "mixed_precision_names": []}
-    done = subprocess.run(
-        [BRIDGE_PYTHON, str(HERE / "bridge_runtime.py")],
-        input=json.dumps(request),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    results = {r["name"]: r for r in json.loads(done.stdout)["results"]}
+    answer = bridge_service.check({"hf_dirs": hf_dirs(), "cases": cases, "mixed_precision_names": []})
+    results = {r["name"]: r for r in answer["results"]}
     for name in ("offload", "offload/yaml"):
         assert results[name]["ok"], (name, results[name].get("error"))
     assert not results["offload/no-env"]["ok"] and "NVTE_CPU_OFFLOAD_V1" in results["offload/no-env"]["error"]

@@ -5,14 +5,13 @@ The real megatron-bridge 0.6.2 + megatron-core 0.19.2 run in a second interprete
 for what it lacks). Every case goes the way a user's launch goes: the recipe lcmoe names, then the
 emitted overrides (or the emitted YAML) through Bridge's Hydra/OmegaConf override code, then
 ``runtime_config_update`` with ``WORLD_SIZE`` = the plan's GPU count. Skipped when the
-interpreter is not there.
+interpreter is not there. Every case goes in one request to the session's Bridge process
+(the ``bridge_service`` fixture, tests/bridge_service.py).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from lcmoe.plan.search import PlanRequest, search
 from lcmoe.rules.legality import violations
 from lcmoe.run import RunConfig
 from lcmoe.workload import TrainingOptions
+from tests.bridge_service import BridgeService
 from tests.helpers import make_run, with_layout, with_options
 from tests.test_bridge_fields import _feature_runs
 
@@ -56,6 +56,12 @@ REQUESTS = (
     ("qwen3-30b-a3b", "h100", 16, 32768),
     ("qwen3-next-80b-a3b", "h100", 64, 32768),
 )
+
+
+def hf_dirs() -> dict[str, str]:
+    """The request's ``hf_dirs``: where the recipes' Hugging Face configs are (no network)."""
+    return {k: str(v) for k, v in HF_DIRS.items()}
+
 
 pytestmark = pytest.mark.skipif(
     not (BRIDGE_PYTHON and Path(BRIDGE_PYTHON).exists()),
@@ -204,15 +210,18 @@ class Verdicts:
     results: dict[str, dict[str, Any]]  # Bridge's answer by case name
     registered_precisions: dict[str, dict[str, Any]]  # Bridge's registered mixed-precision configs
     saved_configs: dict[str, Path]  # the config Bridge saved after start-up, by case name
+    planned: frozenset[str] = frozenset()  # the names of the cases the planner chose (_plans)
 
 
 @pytest.fixture(scope="module")
-def bridge(tmp_path_factory: pytest.TempPathFactory) -> Verdicts:
-    """One Bridge process for every case: its import chain alone takes ~10 s."""
+def bridge(tmp_path_factory: pytest.TempPathFactory, bridge_service: BridgeService) -> Verdicts:
+    """Every case in one request to the session's Bridge process: its import chain alone takes
+    ~25 s of CPU (tests/bridge_service.py)."""
     tmp = tmp_path_factory.mktemp("bridge")
+    plans = _plans()
     runs = dict(
         [
-            *_plans(),
+            *plans,
             *[(f"feature{i}", r) for i, r in enumerate(_feature_runs())],
             *_lora_runs(),
             *_dsa_runs(),
@@ -227,24 +236,16 @@ def bridge(tmp_path_factory: pytest.TempPathFactory) -> Verdicts:
     bad = [*_known_bad(), *_hierarchical_cp_bad(), ("old-vpp-null", old_run, old_lines)]
     cases += [{**_case(name, run, tmp), "overrides": lines} for name, run, lines in bad]
     cases.append(_case("old-vpp-null/fixed", old_run, tmp))
-    request = {
-        "hf_dirs": {k: str(v) for k, v in HF_DIRS.items()},
-        "cases": cases,
-        "mixed_precision_names": sorted(set(MIXED_PRECISION.values())),
-    }
-    done = subprocess.run(
-        [BRIDGE_PYTHON, str(HERE / "bridge_runtime.py")],
-        input=json.dumps(request),
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
-        check=False,
+    answer = bridge_service.check(
+        {
+            "hf_dirs": hf_dirs(),
+            "cases": cases,
+            "mixed_precision_names": sorted(set(MIXED_PRECISION.values())),
+        }
     )
-    assert done.returncode == 0, done.stderr[-4000:]
-    answer = json.loads(done.stdout)
     saved = {case["name"]: Path(case["dump_yaml"]) for case in cases if "dump_yaml" in case}
-    return Verdicts(runs, {r["name"]: r for r in answer["results"]}, answer["registered_precisions"], saved)
+    planned = frozenset(name for name, _ in plans)
+    return Verdicts(runs, {r["name"]: r for r in answer["results"]}, answer["registered_precisions"], saved, planned)
 
 
 def _expected(run: RunConfig) -> dict[str, Any]:
@@ -343,7 +344,6 @@ def test_bridge_runs_the_precision_and_gradient_buffer_lcmoe_counts(bridge: Verd
     lcmoe counted one, and the FP8/FP4 recipe and parameter quantization are lcmoe's: every plan
     and every run whose recipe can keep a BF16 buffer (a recipe naming its precision reduces in
     FP32, which the planner counts, ``keeps_bf16_grad_buffer``)."""
-    planned = {name for name, _ in _plans()}
     for name, run in bridge.runs.items():
         opt = run.options
         keeps = keeps_bf16_grad_buffer(recipe_for(run.model, opt))
@@ -351,7 +351,7 @@ def test_bridge_runs_the_precision_and_gradient_buffer_lcmoe_counts(bridge: Verd
             got = bridge.results[key]
             want_fp32 = opt.main_grads_dtype == "fp32" or not keeps
             assert got["ddp_grad_reduce_in_fp32"] == want_fp32, key
-            if name in planned:
+            if name in bridge.planned:
                 assert got["ddp_grad_reduce_in_fp32"] == (opt.main_grads_dtype == "fp32"), key
             if keeps and opt.precision != "fp16":
                 fields = mixed_precision_fields(opt)
