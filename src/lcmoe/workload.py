@@ -197,6 +197,14 @@ class TrainingOptions:
     # Delayed weight-gradient GEMMs in the a2a-overlap schedule (ModelParallelConfig
     # .delay_wgrad_compute, mcore model_parallel_config.py:348; rules.delay_wgrad).
     delay_wgrad_compute: bool = False
+    # Sync-free experts and the MoE paged stash (mcore transformer_config.py:977-982, 1268-1284):
+    # HybridEP receives at most T·k·c tokens per rank (c = ``moe_expert_rank_capacity_factor``,
+    # None: dropless with a host sync), and ``moe_paged_stash`` keeps what the fused grouped MLP
+    # saves for backward in pages sized from the expected tokens (rules.paged_stash).
+    moe_expert_rank_capacity_factor: float | None = None
+    moe_paged_stash: bool = False
+    moe_paged_stash_buffer_size_factor_cuda: float = 1.10
+    moe_paged_stash_buffer_size_factor_cpu: float = 0.0
     # Graphs and allocator.
     cuda_graph_scope: frozenset[str] = field(default_factory=frozenset)
     expandable_segments: bool = True
@@ -212,6 +220,7 @@ class TrainingOptions:
         _check_field_types(self)
         _check_single_fields(self)
         _check_combinations(self)
+        _check_paged_stash(self)
 
     @property
     def is_packed(self) -> bool:
@@ -273,6 +282,20 @@ class TrainingOptions:
             return {}
         modules = sorted(self.activation_offload_modules)
         return {"activation_offload": {"modules": modules, "fraction": self.activation_offload_fraction}}
+
+    def paged_stash_summary(self) -> dict[str, object]:
+        """``{"paged_stash": {rank_capacity_factor, stash, cuda_factor, cpu_factor}}`` as the JSON
+        outputs spell it, or {} without a rank capacity factor (outputs keep their keys)."""
+        if self.moe_expert_rank_capacity_factor is None:
+            return {}
+        return {
+            "paged_stash": {
+                "rank_capacity_factor": self.moe_expert_rank_capacity_factor,
+                "stash": self.moe_paged_stash,
+                "cuda_factor": self.moe_paged_stash_buffer_size_factor_cuda,
+                "cpu_factor": self.moe_paged_stash_buffer_size_factor_cpu,
+            }
+        }
 
     def recomputes(self, module: str) -> bool:
         return self.recompute_granularity == "selective" and module in self.recompute_modules
@@ -370,6 +393,37 @@ def _check_combinations(o: TrainingOptions) -> None:
             "must name one or more LoRA targets lcmoe models",
             f"use {', '.join(sorted(LORA_TARGETS))}",
         )
+
+
+# Paged-stash buffer factors: |factor| is the headroom over the expected (positive) or the
+# capture step's actual (negative) tokens (transformer_config.py:1274-1284); 100 is far above
+# any capacity (every token of a rank on one expert is at most E/k ≤ MAX_TOKEN_IMBALANCE).
+MAX_STASH_FACTOR = 100.0
+
+
+def _check_paged_stash(o: TrainingOptions) -> None:
+    """The sync-free / paged-stash numbers: a rank capacity factor above 0 (or unset), finite
+    buffer factors of at most MAX_STASH_FACTOR in magnitude, a CPU factor of 0 without host pages."""
+    cap = o.moe_expert_rank_capacity_factor
+    if cap is not None and (
+        isinstance(cap, bool) or not isinstance(cap, int | float) or not 0.0 < cap <= MAX_TOKEN_IMBALANCE
+    ):
+        raise LcmoeError(
+            "moe_expert_rank_capacity_factor",
+            cap,
+            f"must be unset or a number above 0 and at most {MAX_TOKEN_IMBALANCE:g} (the per-rank token budget over the balanced count)",
+            "Bridge's full-iteration recipes use 1.5",
+        )
+    for name in ("moe_paged_stash_buffer_size_factor_cuda", "moe_paged_stash_buffer_size_factor_cpu"):
+        value = getattr(o, name)
+        if abs(value) > MAX_STASH_FACTOR:
+            raise LcmoeError(
+                name,
+                value,
+                f"must be between -{MAX_STASH_FACTOR:g} and {MAX_STASH_FACTOR:g} (positive: over the expected tokens, "
+                "negative: over the capture step's actual tokens)",
+                "Bridge's recipes use 1.2 (GPU) and 1.0 (host)",
+            )
 
 
 def unchecked_replace(options: TrainingOptions, **changes: object) -> TrainingOptions:
