@@ -411,7 +411,8 @@ def _check_paged_stash(o: TrainingOptions) -> None:
         raise LcmoeError(
             "moe_expert_rank_capacity_factor",
             cap,
-            f"must be unset or a number above 0 and at most {MAX_TOKEN_IMBALANCE:g} (the per-rank token budget over the balanced count)",
+            f"must be unset or a number above 0 and at most {MAX_TOKEN_IMBALANCE:g} "
+            "(the per-rank token budget over the balanced count)",
             "Bridge's full-iteration recipes use 1.5",
         )
     for name in ("moe_paged_stash_buffer_size_factor_cuda", "moe_paged_stash_buffer_size_factor_cpu"):

@@ -299,9 +299,16 @@ OFFLOAD_HOST_LINK_BYTES_PER_PARAM = 6
 def no_recompute_options(options: TrainingOptions) -> TrainingOptions:
     """``options`` without recompute: what a forward touches once (the layers' elementwise bytes):
     every stored tensor, the offloaded ones too (they are written before they leave; the copies
-    are priced apart, offload.stage_offload_bytes)."""
+    are priced apart, offload.stage_offload_bytes), at the tokens the experts receive rather than
+    a static budget's buffer size (the fused grouped MLP walks only the received tokens,
+    transformer_config.py:955-961; the paged stash's copies are priced apart, time.paged_stash)."""
     return unchecked_replace(
-        options, recompute_granularity="none", recompute_modules=frozenset(), activation_offload_modules=frozenset()
+        options,
+        recompute_granularity="none",
+        recompute_modules=frozenset(),
+        activation_offload_modules=frozenset(),
+        moe_expert_rank_capacity_factor=None,
+        moe_paged_stash=False,
     )
 
 
