@@ -14,6 +14,7 @@ an lcmoe dispatcher) and TE ≥ 2.14 (experts.py:343, Bridge 0.6.2's container).
 
 from __future__ import annotations
 
+from lcmoe.estimate.memory.paged_stash import stash_factor
 from lcmoe.rules.activation_offload import EXPERT_OFFLOAD_MODULES
 from lcmoe.rules.records import LegalityRule
 from lcmoe.run import RunConfig
@@ -76,10 +77,19 @@ def _budget_overflow(r: RunConfig) -> str | None:
 
 
 def _pool_overflow(r: RunConfig) -> str | None:
+    """The pages (GPU + host, ``memory.paged_stash.stash_factor`` of each factor) must hold the
+    busiest rank's tokens, ``moe_token_imbalance`` × the expected ones, in lcmoe's load model."""
     o = r.options
-    pool = abs(o.moe_paged_stash_buffer_size_factor_cuda) + abs(o.moe_paged_stash_buffer_size_factor_cpu)
-    if o.moe_paged_stash and pool < 1.0:
-        return f"stash pages for {pool:g}× the expected tokens (GPU + host): the stash overflows every step"
+    if not o.moe_paged_stash:
+        return None
+    imbalance = o.moe_token_imbalance
+    pool = stash_factor(o.moe_paged_stash_buffer_size_factor_cuda, imbalance)
+    pool += stash_factor(o.moe_paged_stash_buffer_size_factor_cpu, imbalance)
+    if pool < imbalance:
+        return (
+            f"stash pages for {pool:g}× the expected tokens (GPU + host) below the busiest rank's "
+            f"{imbalance:g}×: the stash overflows every step and the step re-runs"
+        )
     return None
 
 
@@ -116,7 +126,8 @@ STASH_BUDGET = LegalityRule(
 STASH_POOL = LegalityRule(
     "L-STASH-POOL",
     "mcore transformer/moe/paged_stash.py:546-627 (pages for |factor| × the tokens), 1149-1239 (re-run on overflow)",
-    "give the stash at least 1.0× the expected tokens (moe_paged_stash_buffer_size_factor_cuda + _cpu)",
+    "give the stash pages for the token imbalance (moe_paged_stash_buffer_size_factor_cuda, or host pages "
+    "with moe_paged_stash_buffer_size_factor_cpu)",
     _pool_overflow,
 )
 PAGED_STASH_RULES = (STASH_CAPACITY, STASH_DISPATCHER, STASH_FUSED_MLP, STASH_OFFLOAD, STASH_BUDGET, STASH_POOL)

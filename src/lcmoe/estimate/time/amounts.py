@@ -28,6 +28,7 @@ from lcmoe.estimate.time.layer_bytes import (
 )
 from lcmoe.estimate.time.layer_flops import gdn_token_heads, layer_flops_per_token
 from lcmoe.estimate.time.offload import stage_offload_bytes
+from lcmoe.estimate.time.paged_stash import stage_stash_amounts
 from lcmoe.layout import ParallelLayout, PipelineStage
 from lcmoe.run import RunConfig
 from lcmoe.specs.model import AttentionKind, ModelSpec
@@ -105,6 +106,10 @@ class StageAmounts:
     optimizer_host_params: float
     optimizer_host_bytes: float
     activation_offload_bytes: float = 0.0  # per microbatch, each way (offload.stage_offload_bytes)
+    # The paged stash per microbatch: bytes stashed, and the part through the host pages
+    # (paged_stash.stage_stash_amounts).
+    paged_stash_bytes: float = 0.0
+    paged_stash_spill_bytes: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,6 +382,7 @@ def _stage_amounts(
         optimizer_host_params=offloaded,
         optimizer_host_bytes=offloaded * OFFLOAD_HOST_LINK_BYTES_PER_PARAM,
         activation_offload_bytes=stage_offload_bytes(run, stage),
+        **dict(zip(("paged_stash_bytes", "paged_stash_spill_bytes"), stage_stash_amounts(run, stage), strict=True)),
     )
 
 

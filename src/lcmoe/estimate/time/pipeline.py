@@ -10,6 +10,7 @@ from lcmoe.estimate.time.amounts import RunAmounts, StageAmounts, time_amounts
 from lcmoe.estimate.time.coefficients import TimeCoefficients, shipped_time_coefficients
 from lcmoe.estimate.time.communication import link_bandwidth
 from lcmoe.estimate.time.offload import activation_offload_seconds
+from lcmoe.estimate.time.paged_stash import paged_stash_seconds, rerun_seconds
 from lcmoe.estimate.time.stage import (
     LaunchFreeSeconds,
     StageRates,
@@ -123,12 +124,15 @@ def combine(a: RunAmounts, c: TimeCoefficients, shared: SharedPricing | None = N
         dp, optimizer = shared.tail
     bubble = microbatch.total * bubble_factor
     offload = activation_offload_step_seconds(a, per_stage)
-    step = microbatch.total * a.num_microbatches + bubble + dp + optimizer + offload
+    stash, rerun = paged_stash_step_seconds(a, microbatch.total * a.num_microbatches + bubble)
+    step = microbatch.total * a.num_microbatches + bubble + dp + optimizer + offload + stash + rerun
     tflops = a.model_flops_per_step / step / a.world_size / 1e12
     breakdown = microbatch.as_dict(a.num_microbatches)
     breakdown.update(pipeline_bubble=bubble, dp_comm=dp, optimizer=optimizer)
     if offload:
         breakdown["activation_offload"] = offload
+    if stash:
+        breakdown.update(paged_stash=stash, paged_stash_rerun=rerun)
     return TimeEstimate(
         step_seconds=step,
         tokens_per_sec_per_gpu=a.tokens_per_step / step / a.world_size,
@@ -150,6 +154,26 @@ def activation_offload_step_seconds(a: RunAmounts, per_stage: list[StageTime]) -
             seconds = activation_offload_seconds(stage.activation_offload_bytes, a.host_link_bytes_per_second, compute)
             worst = max(worst, seconds)
     return worst * a.num_microbatches
+
+
+def paged_stash_step_seconds(a: RunAmounts, forward_backward: float) -> tuple[float, float]:
+    """(M × the slowest stage's page-copy seconds per microbatch, the expected re-run seconds) of
+    the MoE paged stash (``paged_stash.paged_stash_seconds``, ``rerun_seconds`` of the step's
+    forward/backward ``forward_backward``); (0, 0) without it."""
+    worst = 0.0
+    for stage in a.stages:
+        if stage.paged_stash_bytes:
+            seconds = paged_stash_seconds(
+                stage.paged_stash_bytes,
+                stage.paged_stash_spill_bytes,
+                a.hbm_bytes_per_second,
+                a.host_link_bytes_per_second,
+            )
+            worst = max(worst, seconds)
+    if not worst:
+        return 0.0, 0.0
+    stash = worst * a.num_microbatches
+    return stash, rerun_seconds(forward_backward + stash)
 
 
 def estimate_time(
