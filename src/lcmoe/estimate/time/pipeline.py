@@ -9,7 +9,7 @@ from lcmoe.estimate.memory import StagedLayout
 from lcmoe.estimate.time.amounts import RunAmounts, StageAmounts, time_amounts
 from lcmoe.estimate.time.coefficients import TimeCoefficients, shipped_time_coefficients
 from lcmoe.estimate.time.communication import link_bandwidth
-from lcmoe.estimate.time.offload import activation_offload_seconds
+from lcmoe.estimate.time.offload import activation_offload_doubt, activation_offload_seconds
 from lcmoe.estimate.time.paged_stash import paged_stash_seconds, rerun_seconds
 from lcmoe.estimate.time.stage import (
     LaunchFreeSeconds,
@@ -31,6 +31,10 @@ class TimeEstimate:
     mfu: float
     breakdown: dict[str, float]
     critical_stage: int
+    # Seconds by which the terms no measured run prices could be off (band.widened): the
+    # activation-offload exposure's room either side of its assumed share, the paged stash's
+    # copies (charged in full) and its assumed re-run.
+    unmeasured_seconds: float = 0.0
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -123,7 +127,7 @@ def combine(a: RunAmounts, c: TimeCoefficients, shared: SharedPricing | None = N
             shared.tail = step_tail(a, c)
         dp, optimizer = shared.tail
     bubble = microbatch.total * bubble_factor
-    offload = activation_offload_step_seconds(a, per_stage)
+    offload, offload_doubt = activation_offload_step_seconds(a, per_stage)
     stash, rerun = paged_stash_step_seconds(a, microbatch.total * a.num_microbatches + bubble)
     step = microbatch.total * a.num_microbatches + bubble + dp + optimizer + offload + stash + rerun
     tflops = a.model_flops_per_step / step / a.world_size / 1e12
@@ -140,20 +144,24 @@ def combine(a: RunAmounts, c: TimeCoefficients, shared: SharedPricing | None = N
         mfu=tflops * 1e12 / a.bf16_peak_flops_per_second,
         breakdown=breakdown,
         critical_stage=a.stages[critical].rank,
+        unmeasured_seconds=offload_doubt + stash + rerun,
     )
 
 
-def activation_offload_step_seconds(a: RunAmounts, per_stage: list[StageTime]) -> float:
-    """M × the slowest stage's exposed host-link seconds per microbatch of fine-grained
-    activation offloading (``offload.activation_offload_seconds``, against that stage's compute:
-    GEMMs, attention, elementwise and recompute); 0 without offloading."""
-    worst = 0.0
+def activation_offload_step_seconds(a: RunAmounts, per_stage: list[StageTime]) -> tuple[float, float]:
+    """(M × the slowest stage's exposed host-link seconds per microbatch of fine-grained
+    activation offloading, ``offload.activation_offload_seconds`` against that stage's compute:
+    GEMMs, attention, elementwise and recompute; M × how far that could be off,
+    ``offload.activation_offload_doubt``); (0, 0) without offloading."""
+    worst, doubt = 0.0, 0.0
     for stage, timed in zip(a.stages, per_stage, strict=True):
         if stage.activation_offload_bytes:
             compute = timed.dense_gemm + timed.expert_gemm + timed.attention + timed.elementwise + timed.recompute
             seconds = activation_offload_seconds(stage.activation_offload_bytes, a.host_link_bytes_per_second, compute)
-            worst = max(worst, seconds)
-    return worst * a.num_microbatches
+            if seconds > worst:
+                worst = seconds
+                doubt = activation_offload_doubt(stage.activation_offload_bytes, a.host_link_bytes_per_second, compute)
+    return worst * a.num_microbatches, doubt * a.num_microbatches
 
 
 def paged_stash_step_seconds(a: RunAmounts, forward_backward: float) -> tuple[float, float]:
