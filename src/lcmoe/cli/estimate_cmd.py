@@ -74,6 +74,10 @@ def estimate(
     ),
     offload_modules: str | None = ro.OFFLOAD_MODULES,
     activation_offload_fraction: float = ro.OFFLOAD_FRACTION,
+    moe_rank_capacity_factor: float | None = ro.RANK_CAPACITY,
+    paged_stash: bool = ro.PAGED_STASH,
+    paged_stash_cuda_factor: float = ro.STASH_CUDA_FACTOR,
+    paged_stash_cpu_factor: float = ro.STASH_CPU_FACTOR,
     dispatcher: str = ro.DISPATCHER,
     cuda_graph: str = ro.CUDA_GRAPH,
     ep_overlap: bool = typer.Option(
@@ -213,6 +217,12 @@ def _run_from_flags(params: dict[str, Any], given: list[str]) -> Any:
         hierarchical_cp_sizes=params["hierarchical_cp_sizes"],
         offload_modules=params["offload_modules"],
         activation_offload_fraction=params["activation_offload_fraction"],
+        paged_stash=ro.paged_stash_options(
+            params["moe_rank_capacity_factor"],
+            params["paged_stash"],
+            params["paged_stash_cuda_factor"],
+            params["paged_stash_cpu_factor"],
+        ),
     )
     return _with_knobs(
         run,
@@ -367,6 +377,8 @@ def render_estimate(result: dict[str, Any], *, quiet: bool = False) -> None:
     if memory["host_bytes_per_gpu"]:
         parts = ["optimizer"] if result["inputs"].get("optimizer_offload_fraction") else []
         parts += ["activations"] if result["inputs"].get("activation_offload") else []
+        stash = result["inputs"].get("paged_stash") or {}
+        parts += ["paged-stash pages"] if stash.get("stash") and stash.get("cpu_factor") else []
         what = " and ".join(parts) or "optimizer"
         stdout.print(f"host memory per GPU (offloaded {what}): {_gib(memory['host_bytes_per_gpu'])} GiB")
     time = result.get("time")

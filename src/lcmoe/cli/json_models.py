@@ -94,6 +94,16 @@ class ActivationOffload(_Open):
     fraction: float
 
 
+class PagedStash(_Open):
+    """Sync-free experts and the MoE paged stash (Megatron-Core moe_expert_rank_capacity_factor,
+    moe_paged_stash and its buffer factors)."""
+
+    rank_capacity_factor: float
+    stash: bool
+    cuda_factor: float
+    cpu_factor: float
+
+
 class DocLengths(_Open):
     """The packed documents' histogram (``--doc-lengths``) and its expectations at seq_len."""
 
@@ -148,6 +158,7 @@ class Plan(_Open):
     activation_offload: ActivationOffload | None = Field(
         default=None, description="only with fine-grained activation offloading"
     )
+    paged_stash: PagedStash | None = Field(default=None, description="only with a rank capacity factor")
 
 
 class PlanInputs(_Open):
@@ -206,6 +217,7 @@ class EstimateInputs(_Open):
     delay_wgrad_compute: bool = False
     doc_lengths: DocLengths | None = Field(default=None, description="only with --doc-lengths")
     activation_offload: ActivationOffload | None = Field(default=None, description="only with --offload-modules")
+    paged_stash: PagedStash | None = Field(default=None, description="only with --moe-rank-capacity-factor")
 
 
 class EstimateDocument(_Open):

@@ -181,6 +181,29 @@ OFFLOAD_FRACTION = typer.Option(
     max=1.0,
     help="share of the eligible offload groups offloaded (Megatron-Core activation_offload_fraction)",
 )
+RANK_CAPACITY = typer.Option(
+    None,
+    "--moe-rank-capacity-factor",
+    min=0.0,
+    help="sync-free experts: HybridEP's static per-rank token budget over the balanced count "
+    "(Megatron-Core moe_expert_rank_capacity_factor; Bridge's recipes use 1.5; Blackwell, ETP 1)",
+)
+PAGED_STASH = typer.Option(
+    False,
+    "--paged-stash/--no-paged-stash",
+    help="keep the experts' saved activations in preallocated pages (Megatron-Core moe_paged_stash; "
+    "needs --moe-rank-capacity-factor)",
+)
+STASH_CUDA_FACTOR = typer.Option(
+    1.10,
+    "--paged-stash-cuda-factor",
+    help="GPU pages over the expected tokens (moe_paged_stash_buffer_size_factor_cuda; negative: over the actual)",
+)
+STASH_CPU_FACTOR = typer.Option(
+    0.0,
+    "--paged-stash-cpu-factor",
+    help="pinned host pages over the expected tokens (moe_paged_stash_buffer_size_factor_cpu; 0: none)",
+)
 PRECISION_LIST = typer.Option(
     None,
     "--precision",
@@ -332,6 +355,18 @@ class RunKnobs:
     hierarchical_cp_sizes: str | None = None  # --hierarchical-cp-sizes as typed (None: the default split)
     offload_modules: str | None = None  # --offload-modules as typed (None: no activation offloading)
     activation_offload_fraction: float = 1.0
+    paged_stash: dict[str, Any] | None = None  # TrainingOptions' rank-capacity / paged-stash fields
+
+
+def paged_stash_options(capacity: float | None, stash: bool, cuda: float, cpu: float) -> dict[str, Any]:
+    """TrainingOptions' sync-free / paged-stash fields of the CLI flags; TrainingOptions and
+    ``rules.paged_stash`` judge them."""
+    return {
+        "moe_expert_rank_capacity_factor": capacity,
+        "moe_paged_stash": stash,
+        "moe_paged_stash_buffer_size_factor_cuda": cuda,
+        "moe_paged_stash_buffer_size_factor_cpu": cpu,
+    }
 
 
 def build_run(**knobs: Any) -> RunConfig:
@@ -399,6 +434,7 @@ def run_from_knobs(knobs: RunKnobs) -> RunConfig:
         activation_offload_modules=offload_modules_of(knobs.offload_modules),
         activation_offload_fraction=knobs.activation_offload_fraction,
         **(knobs.peft or {}),
+        **(knobs.paged_stash or {}),
     )
     return RunConfig(spec, hardware, layout, options)
 

@@ -7,6 +7,7 @@ from typing import Any
 from lcmoe.config_io.activation_offload import bridge_offload_overrides
 from lcmoe.config_io.bridge_precision import mixed_precision_override
 from lcmoe.config_io.bridge_recipes import ep_overlap_key
+from lcmoe.config_io.paged_stash import bridge_stash_overrides
 from lcmoe.layout import ParallelLayout
 from lcmoe.run import RunConfig
 from lcmoe.workload import TrainingOptions
@@ -116,6 +117,7 @@ def _moe(run: RunConfig) -> dict[str, Any]:
         # Set where EP overlap is set: CommOverlapConfig.setup writes both onto the model
         # (comm_overlap.py:438-439, :604-619); without one the model field is what runs.
         out[key.replace("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")] = True
+    out.update(bridge_stash_overrides(opt))
     # LatentMoE refuses shared-expert overlap in training (moe_layer.py:476-487).
     if opt.overlap_moe_expert_parallel_comm or run.model.moe_latent_size:
         out["model.moe_shared_expert_overlap"] = False
