@@ -41,8 +41,14 @@ def mcore_stash_kwargs(options: TrainingOptions) -> dict[str, Any]:
 
 
 def bridge_stash_overrides(options: TrainingOptions) -> dict[str, Any]:
-    """The ``model.*`` overrides of ``mcore_stash_kwargs``."""
-    return {f"model.{key}": value for key, value in mcore_stash_kwargs(options).items()}
+    """The ``model.*`` overrides of ``mcore_stash_kwargs``, and with the stash an empty
+    ``offload_modules`` where nothing is offloaded: Megatron-Core intersects that list with the
+    expert modules when the stash is on (transformer_config.py:1912-1914), a recipe that leaves it
+    None fails there, and Bridge's stash recipes set it empty (perf_recipes/qwen/common.py:44)."""
+    out = {f"model.{key}": value for key, value in mcore_stash_kwargs(options).items()}
+    if options.moe_paged_stash and not options.activation_offload_modules:
+        out["model.offload_modules"] = []
+    return out
 
 
 def megatron_stash_args(options: TrainingOptions) -> list[str]:
