@@ -40,7 +40,7 @@ def _qwen(gpu: str = "b200", **changes: object) -> RunConfig:
     """Qwen3-30B-A3B at 32K on 16 B200: CP 2, EP 8, PP 2 (stage 0 keeps 2 microbatches in flight),
     HybridEP, the busiest rank at 1.2x the balanced tokens."""
     run = make_run("qwen3-30b-a3b", gpu, seq_len=32768, tp=1, cp=2, ep=8, pp=2, vpp=1, gpus=16, dispatcher="hybridep")
-    return with_options(run, moe_token_imbalance=1.2, **changes)
+    return with_options(run, **{"moe_token_imbalance": 1.2, **changes})
 
 
 def _broken(run: RunConfig) -> set[str]:
@@ -293,3 +293,42 @@ def test_bridge_and_megatron_core_run_the_emitted_stash(tmp_path: Path) -> None:
     assert "requires moe_expert_rank_capacity_factor" in results["stash/no-capacity"]["error"]
     assert "use_transformer_engine_op_fuser" in results["stash/no-fuser"]["error"]
     assert "paged stash covers those activations" in results["stash/expert-offload"]["error"]
+
+
+# ----- activation-offloading loose ends: the plan table's offload column and LC-OFFLOAD-128K ------
+def test_offload_column_names_activation_offloading_and_host_pages() -> None:
+    from lcmoe.plan.format import offload_text
+
+    assert offload_text({"optimizer_offload_fraction": 0.5}) == "0.5"
+    act = {"modules": ["core_attn", "expert_fc1"], "fraction": 0.5}
+    assert offload_text({"optimizer_offload_fraction": 0.0, "activation_offload": act}) == (
+        "0 + act core_attn,expert_fc1@0.5"
+    )
+    stash = {"rank_capacity_factor": 1.5, "stash": True, "cuda_factor": 1.2, "cpu_factor": 1.0}
+    assert offload_text({"optimizer_offload_fraction": 0.0, "paged_stash": stash}) == "0 + stash host 1x"
+
+
+def test_offload_advice_counts_activation_offloading() -> None:
+    from lcmoe.rules.advice import RULES
+
+    advice = next(rule for rule in RULES if rule.id == "LC-OFFLOAD-128K")
+    run = make_run("qwen3-30b-a3b", seq_len=131072, tp=1, cp=8, ep=8, pp=2, vpp=1, gpus=16)
+    assert "fits without" in (advice.when(run) or "")
+    offloaded = with_options(run, activation_offload_modules=frozenset({"expert_fc1"}))
+    assert "activation offloading of expert_fc1" in (advice.when(offloaded) or "")
+    both = with_options(offloaded, optimizer_offload_fraction=0.5)
+    text = advice.when(both) or ""
+    assert text.startswith("optimizer CPU offload 50% and activation offloading of expert_fc1 over")
+
+
+def test_the_planner_leaves_the_stash_out_at_forced_balance() -> None:
+    """The planner plans at forced balance (moe_token_imbalance 1.0): GPU pages for the expected
+    tokens then hold as much as the dynamic tensors, and the working layer and the copies only add
+    memory and time, so the stash is no choice there (docs/support-matrix.md)."""
+    plain = _qwen(moe_token_imbalance=1.0)
+    stash = with_options(plain, **STASH, moe_paged_stash_buffer_size_factor_cuda=1.0)
+    assert violations(stash) == []
+    before = estimate_memory(plain.model, plain.hardware, plain.layout, plain.options)
+    after = estimate_memory(stash.model, stash.hardware, stash.layout, stash.options)
+    assert after.stages[0].peak_reserved > before.stages[0].peak_reserved
+    assert estimate_time(stash).step_seconds > estimate_time(plain).step_seconds
