@@ -14,9 +14,25 @@ experts.py:656-663; negative ones over the capture step's actual tokens).
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from lcmoe.estimate.memory.constants import BF16, FULL_ITERATION_RANK_CAPACITY, FULL_ITERATION_STASH_FACTOR
+from lcmoe.layout import PipelineStage
 from lcmoe.specs.model import ModelSpec
 from lcmoe.workload import TrainingOptions
+
+
+class TokenShapeLike(Protocol):
+    """What the stash reads of ``activations.TokenShape`` (which imports this module)."""
+
+    @property
+    def tokens(self) -> float: ...
+    @property
+    def sp(self) -> int: ...
+    @property
+    def etp(self) -> int: ...
+    @property
+    def stored_gemm_input(self) -> float: ...
 
 
 def stash_factor(factor: float, imbalance: float) -> float:
@@ -85,3 +101,20 @@ def stash_host_bytes(options: TrainingOptions, per_token: float, balanced: float
     if not options.moe_paged_stash or factor == 0:
         return 0.0
     return stash_factor(factor, options.moe_token_imbalance) * balanced * per_token * moe_layers_in_flight
+
+
+def stage_stash_bytes(
+    model: ModelSpec, options: TrainingOptions, stage: PipelineStage, shape: TokenShapeLike, copies: float
+) -> tuple[float, float]:
+    """(GPU bytes of the paged stash's working layer, its pinned host pages) on a stage with MoE
+    layers (``copies``: microbatch copies of the stage's layers in flight); (0, 0) without."""
+    if not options.moe_paged_stash or not model.is_moe:
+        return 0.0, 0.0
+    moe_layers = sum(count for first, count in stage.layer_groups if model.is_moe_layer(first))
+    moe_layers += stage.mtp_layers if model.is_moe_layer(model.mtp_layer) else 0
+    if not moe_layers:
+        return 0.0, 0.0
+    per_token = expert_bytes_per_token(model, shape.stored_gemm_input, shape.etp, options)
+    balanced = balanced_dispatched_tokens(model, shape.tokens, shape.sp, shape.etp)
+    working = stash_working_bytes(options, per_token, balanced)
+    return working, stash_host_bytes(options, per_token, balanced, copies * moe_layers)

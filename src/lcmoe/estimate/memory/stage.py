@@ -15,12 +15,7 @@ from lcmoe.estimate.memory.layers import (
     offload_host_bytes,
     offload_inflight_bytes,
 )
-from lcmoe.estimate.memory.paged_stash import (
-    balanced_dispatched_tokens,
-    expert_bytes_per_token,
-    stash_host_bytes,
-    stash_working_bytes,
-)
+from lcmoe.estimate.memory.paged_stash import stage_stash_bytes
 from lcmoe.estimate.memory.results import MemoryEstimate, StageMemory
 from lcmoe.estimate.memory.state import (
     ModelState,
@@ -180,33 +175,14 @@ def stage_activations(
 ) -> tuple[float, float]:
     """(stored activations of the in-flight microbatches, the largest single-layer working set):
     activation_scale × chunk bytes × in-flight chunks, over the mean chunk with virtual pipeline
-    stages (``inflight_microbatch_chunks`` counts chunks then), plus what fine-grained activation
-    offloading holds on the GPU (``offload_inflight_bytes``) and the paged stash's layer at the
-    static budget (``stash_working_bytes``)."""
+    stages (``inflight_microbatch_chunks`` counts chunks then), plus what activation offloading
+    (``offload_inflight_bytes``) and the paged stash (``stage_stash_bytes``) hold on the GPU."""
     stored, largest_layer = _stored_activations(inputs, stage, shape, inflight)
-    held = stage_stash_bytes(inputs, stage, shape, 0.0)[0]
+    held = stage_stash_bytes(inputs.model, inputs.options, stage, shape, 0.0)[0]
     if inputs.options.activation_offload_modules:
         copies = inflight / max(inputs.layout.vpp, 1)
         held += offload_inflight_bytes(inputs.model, stage.layer_groups, shape, inputs.options, copies)
     return stored + inputs.coefficients.activation_scale * held, largest_layer
-
-
-def stage_stash_bytes(
-    inputs: StageInputs, stage: PipelineStage, shape: TokenShape, copies: float
-) -> tuple[float, float]:
-    """(GPU bytes of the paged stash's working layer, its pinned host pages) on a stage with MoE
-    layers (``memory.paged_stash``; ``copies``: microbatch copies of the stage's layers in flight)."""
-    model, options = inputs.model, inputs.options
-    if not options.moe_paged_stash or not model.is_moe:
-        return 0.0, 0.0
-    moe_layers = sum(count for first, count in stage.layer_groups if model.is_moe_layer(first))
-    moe_layers += stage.mtp_layers if model.is_moe_layer(model.mtp_layer) else 0
-    if not moe_layers:
-        return 0.0, 0.0
-    per_token = expert_bytes_per_token(model, shape.stored_gemm_input, shape.etp, options)
-    balanced = balanced_dispatched_tokens(model, shape.tokens, shape.sp, shape.etp)
-    working = stash_working_bytes(options, per_token, balanced)
-    return working, stash_host_bytes(options, per_token, balanced, copies * moe_layers)
 
 
 def _stored_activations(
@@ -302,7 +278,7 @@ def stage_memory(inputs: StageInputs, stage: PipelineStage, params: StageParams 
     fragmentation = fraction * peak.allocated
     dispatcher = dispatcher_buffer_bytes(inputs.model, shape, options, nvlink_domain=inputs.nvlink_domain)
     reserved = peak.allocated + fragmentation + c.cuda_context_bytes + c.nccl_buffer_bytes + dispatcher
-    state = terms.state
+    state, copies = terms.state, terms.inflight / max(inputs.layout.vpp, 1)
     return StageMemory(
         stage=stage.rank,
         layers=len(stage.decoder_layers) + stage.mtp_layers,
@@ -328,10 +304,8 @@ def stage_memory(inputs: StageInputs, stage: PipelineStage, params: StageParams 
         activations_at_peak=peak.activations,
         logits_at_peak=peak.logits,
         transient_at_peak=peak.transient,
-        activations_host=offload_host_bytes(
-            inputs.model, stage.layer_groups, shape, options, terms.inflight / max(inputs.layout.vpp, 1)
-        )
-        + stage_stash_bytes(inputs, stage, shape, terms.inflight / max(inputs.layout.vpp, 1))[1],
+        activations_host=offload_host_bytes(inputs.model, stage.layer_groups, shape, options, copies)
+        + stage_stash_bytes(inputs.model, options, stage, shape, copies)[1],
     )
 
 
