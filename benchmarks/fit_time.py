@@ -274,6 +274,11 @@ FIT_LOSS = "linear"
 #   rows' local-expert range (6, B300's 64-expert EP8 rows out): 2.12e13, those rows fitted to
 #   0.7% with no bias, Nano 5.43% (−4.9%). Kept (the last): 5.87 / 7.35 / 7.35, Nano LOMO 5.43%,
 #   in-sample and the shipped coefficients unchanged (Nano present, the scan is fitted on it).
+# - Qwen3-235B GB200 long-context 4K row (+15.5%) looked at, not resolved: it runs BF16 PP4 VPP12 at
+#   GA 32, the perf table's BF16 GB200/GB300 rows (25.11, PP8 VPP3 GA 256 and PP4 VPP12 GA 64) come
+#   out −8.6% / −12.6% and its MXFP8 rows −3…+5%; at GA 32 the interleaved bubble is
+#   (pp − 1) / (vpp · GA) = 0.8% in the model, so a per-microbatch cost of the 12 virtual stages
+#   (their P2P hand-offs or host work at 2 layers a chunk) is the candidate; none is priced yet.
 
 
 def family_bounds(architecture: str) -> dict[str, tuple[float, float]]:
