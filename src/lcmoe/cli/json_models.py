@@ -204,6 +204,11 @@ class EstimateInputs(_Open):
     main_grads_dtype: Literal["fp32", "bf16"]
     overlap_moe_expert_parallel_comm: bool
     delay_wgrad_compute: bool = False
+    optimizer: Literal["adam", "muon", "sgd"] = "adam"
+    muon_num_ns_steps: int | None = Field(default=None, description="only with --optimizer muon")
+    muon_tp_mode: Literal["blockwise", "duplicated", "distributed"] | None = Field(
+        default=None, description="only with --optimizer muon"
+    )
     doc_lengths: DocLengths | None = Field(default=None, description="only with --doc-lengths")
     activation_offload: ActivationOffload | None = Field(default=None, description="only with --offload-modules")
 

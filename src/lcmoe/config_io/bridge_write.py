@@ -157,4 +157,24 @@ def _optimizer(opt: TrainingOptions) -> dict[str, Any]:
         out["optimizer.optimizer_offload_fraction"] = opt.optimizer_offload_fraction
         out["optimizer.overlap_cpu_optimizer_d2h_h2d"] = True
     out.update(bridge_offload_overrides(opt))
+    out.update(_muon(opt))
     return out
+
+
+def _muon(opt: TrainingOptions) -> dict[str, Any]:
+    """Muon (Bridge optim.py:95-110): ``optimizer.optimizer`` ``dist_muon`` runs Megatron-Core's
+    layer-wise distributed optimizer (``distributed_optimizer`` here), ``muon`` the replicated one;
+    either with DDP's distributed optimizer and the parameter-gather overlap off, as Bridge's
+    Kimi-K2 recipe sets them (recipes/kimi/h100/kimi_k2.py:66-75; Bridge turns both
+    ``use_distributed_optimizer`` fields on when either is, config.py:1955-1981)."""
+    if opt.optimizer != "muon":
+        return {}
+    return {
+        "optimizer.optimizer": "dist_muon" if opt.distributed_optimizer else "muon",
+        "ddp.use_distributed_optimizer": False,
+        "optimizer.use_distributed_optimizer": False,
+        "ddp.overlap_param_gather": False,
+        "optimizer.overlap_param_gather": False,
+        "optimizer.muon_num_ns_steps": opt.muon_num_ns_steps,
+        "optimizer.muon_tp_mode": opt.muon_tp_mode,
+    }

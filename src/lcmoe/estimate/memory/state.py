@@ -176,6 +176,17 @@ def optimizer_bytes_per_param(options: TrainingOptions) -> float:
     return master
 
 
+def scalar_optimizer_bytes_per_param(options: TrainingOptions) -> float:
+    """Under Muon, the bytes of a parameter Muon leaves to its scalar optimizer (Adam: master +
+    two moments): the embedding and output layer (emerging_optimizers.py:128-130, :805-809;
+    ``estimate.muon``); the norms and biases it also leaves are a rounding error here, like
+    ``StageParams.linear``'s. Otherwise ``optimizer_bytes_per_param``."""
+    if options.optimizer != "muon":
+        return optimizer_bytes_per_param(options)
+    moment = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0}[options.exp_avg_dtype]
+    return master_param_bytes(options) + 2 * moment
+
+
 def optimizer_shards(layout: ParallelLayout, options: TrainingOptions) -> tuple[int, int]:
     """(dense, expert) shard counts of the distributed optimizer: dense over DP·CP, experts over
     EDP, each divided by the number of optimizer instances (facts §5.2; distrib_optimizer.py)."""
@@ -234,6 +245,8 @@ def model_state_bytes(
     w, g, o = weight_bytes_per_param(options), grad_bytes_per_param(options), optimizer_bytes_per_param(options)
     shard_dense, shard_expert = optimizer_shards(layout, options)
     optimizer = trained.dense * o / shard_dense + trained.expert * o / shard_expert
+    # Muon keeps one momentum, but the vocabulary stays on Adam (scalar_optimizer_bytes_per_param).
+    optimizer += trained.vocab * (scalar_optimizer_bytes_per_param(options) - o) / shard_dense
     if options.megatron_fsdp:
         sharded = params.dense / shard_dense + params.expert / shard_expert
         vocab = params.vocab / shard_dense
@@ -246,7 +259,8 @@ def model_state_bytes(
         frozen = weights
         weights += held * BF16
     on_gpu = 1.0 - options.optimizer_offload_fraction
-    master_share = master_param_bytes(options) / o
+    master = (trained.dense / shard_dense + trained.expert / shard_expert) * master_param_bytes(options)
+    master_share = master / optimizer if optimizer else 0.0
     return ModelState(
         weights,
         grads,

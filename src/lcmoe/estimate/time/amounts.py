@@ -16,6 +16,7 @@ from lcmoe.estimate.memory import (
     staged_layout,
     token_shape,
 )
+from lcmoe.estimate.muon import MuonStepAmounts, muon_step_amounts
 from lcmoe.estimate.packing import attention_lengths, bridge_core_length, real_token_share
 from lcmoe.estimate.params import LayerSignature, attention_kind, layer_signature, lora_adapters
 from lcmoe.estimate.time.communication import ep_link_shares
@@ -105,6 +106,7 @@ class StageAmounts:
     optimizer_host_params: float
     optimizer_host_bytes: float
     activation_offload_bytes: float = 0.0  # per microbatch, each way (offload.stage_offload_bytes)
+    muon: MuonStepAmounts | None = None  # the Muon optimizer's step (estimate.muon); None under Adam
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,6 +372,9 @@ def _stage_amounts(
         optimizer_host_params=offloaded,
         optimizer_host_bytes=offloaded * OFFLOAD_HOST_LINK_BYTES_PER_PARAM,
         activation_offload_bytes=stage_offload_bytes(run, stage),
+        muon=muon_step_amounts(
+            model, layout, stage, options, (params.dense, params.expert), shards=(dense_shard, expert_shard)
+        ),
     )
 
 

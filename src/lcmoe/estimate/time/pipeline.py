@@ -9,6 +9,7 @@ from lcmoe.estimate.memory import StagedLayout
 from lcmoe.estimate.time.amounts import RunAmounts, StageAmounts, time_amounts
 from lcmoe.estimate.time.coefficients import TimeCoefficients, shipped_time_coefficients
 from lcmoe.estimate.time.communication import link_bandwidth
+from lcmoe.estimate.time.muon_step import stage_muon_total
 from lcmoe.estimate.time.offload import activation_offload_seconds
 from lcmoe.estimate.time.stage import (
     LaunchFreeSeconds,
@@ -78,6 +79,7 @@ def step_tail(a: RunAmounts, c: TimeCoefficients) -> tuple[float, float]:
         s.optimizer_gpu_bytes / a.hbm_bytes_per_second
         + s.optimizer_host_params / c.host_adam_params_per_second
         + s.optimizer_host_bytes / a.host_link_bytes_per_second
+        + (stage_muon_total(a, s, c) if s.muon is not None else 0.0)
         for s in a.stages
     )
     return dp, optimizer
