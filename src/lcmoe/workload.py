@@ -287,6 +287,13 @@ class TrainingOptions:
         modules = sorted(self.activation_offload_modules)
         return {"activation_offload": {"modules": modules, "fraction": self.activation_offload_fraction}}
 
+    def muon_summary(self) -> dict[str, object]:
+        """``optimizer`` and the Muon fields as the JSON outputs spell them, or {} under Adam:
+        outputs without Muon keep their keys."""
+        if self.optimizer != "muon":
+            return {}
+        return {"optimizer": "muon", "muon_num_ns_steps": self.muon_num_ns_steps, "muon_tp_mode": self.muon_tp_mode}
+
     def recomputes(self, module: str) -> bool:
         return self.recompute_granularity == "selective" and module in self.recompute_modules
 

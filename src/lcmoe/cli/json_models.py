@@ -148,6 +148,11 @@ class Plan(_Open):
     activation_offload: ActivationOffload | None = Field(
         default=None, description="only with fine-grained activation offloading"
     )
+    optimizer: Literal["muon"] | None = Field(default=None, description="only with --optimizer muon")
+    muon_num_ns_steps: int | None = Field(default=None, description="only with --optimizer muon")
+    muon_tp_mode: Literal["blockwise", "duplicated", "distributed"] | None = Field(
+        default=None, description="only with --optimizer muon"
+    )
 
 
 class PlanInputs(_Open):

@@ -250,4 +250,8 @@ def base_options(request: PlanRequest, precision: str) -> TrainingOptions:
     )
     if precision != "fp16" and not keeps_bf16_grad_buffer(recipe_name(request.model, options, request.hardware)):
         options = replace(options, main_grads_dtype="fp32")
+    if dict(request.optimizer).get("optimizer") == "muon":
+        # Muon keeps FP32 momentum and main grads: no precision-aware optimizer (L-MUON-PRECISION-AWARE),
+        # as Bridge's Kimi-K2 recipe runs it (grad_reduce_in_fp32, kimi_k2.py:66-75).
+        options = replace(options, main_grads_dtype="fp32", exp_avg_dtype="fp32", **dict(request.optimizer))
     return options
