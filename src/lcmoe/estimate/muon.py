@@ -130,11 +130,12 @@ def _attention_matrices(spec: ModelSpec, kind: AttentionKind) -> Iterator[MuonMa
 
 def layer_matrices(spec: ModelSpec, layer: int) -> tuple[MuonMatrix, ...]:
     """The matrices Muon orthogonalises in decoder layer ``layer`` (``spec.mtp_layer`` for an MTP
-    layer): attention (``_attention_matrices``), then a dense MLP's fc1 (glu·ffn × h, column) and
-    fc2 (h × ffn, row), or a MoE layer's router (E × h, whole), shared expert, LatentMoE
-    projections (whole) and one fc1/fc2 pair per routed expert (expert-TP split)."""
+    layer): attention (``_attention_matrices``), then a dense MLP's fc1 ((glu−1)·ffn × h, column:
+    gate and up with a gated unit, ``glu_factor`` counting fc2 too) and fc2 (h × ffn, row), or a
+    MoE layer's router (E × h, whole), shared expert, LatentMoE projections (whole) and one
+    fc1/fc2 pair per routed expert (expert-TP split)."""
     out = list(_attention_matrices(spec, attention_kind(spec, layer)))
-    h, glu = spec.hidden_size, spec.glu_factor
+    h, glu = spec.hidden_size, spec.glu_factor - 1  # fc1 rows per ffn unit: gate + up, or up
     if spec.is_moe_layer(layer):
         out.append(MuonMatrix(spec.num_moe_experts or 0, h, "none"))
         if spec.shared_ffn:
