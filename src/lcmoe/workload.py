@@ -172,6 +172,10 @@ class TrainingOptions:
     distributed_optimizer: bool = True
     num_distributed_optimizer_instances: int = 1
     megatron_fsdp: bool = False
+    # What Megatron-FSDP shards over DP·CP (experts over expert-DP): DDPConfig
+    # .data_parallel_sharding_strategy (optim = ZeRO-1, optim_grads = ZeRO-2, optim_grads_params =
+    # ZeRO-3, no_shard = none; estimate.fsdp). Only read with ``megatron_fsdp``.
+    megatron_fsdp_sharding: Literal["optim_grads_params", "optim_grads", "optim", "no_shard"] = "optim_grads_params"
     # The DDP gradient buffer: BF16 under Bridge's ``grad_reduce_in_fp32=False`` / Megatron-LM's
     # ``--grad-reduce-in-bf16``, or a precision-aware optimizer's BF16 main grads.
     main_grads_dtype: Literal["fp32", "bf16"] = "fp32"

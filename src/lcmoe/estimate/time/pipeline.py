@@ -74,7 +74,7 @@ def shared_pricing(a: RunAmounts) -> SharedPricing:
 def step_tail(a: RunAmounts, c: TimeCoefficients) -> tuple[float, float]:
     """(exposed DP gradient seconds, optimizer-step seconds) of the step: the largest stage's."""
     dp_bw = link_bandwidth(a, a.dp_span, c)
-    dp = max(c.dp_exposed_fraction * s.dp_bytes / dp_bw for s in a.stages)
+    dp = max(c.dp_exposed_fraction * (s.dp_bytes + s.fsdp_bytes) / dp_bw for s in a.stages)
     optimizer = max(
         s.optimizer_gpu_bytes / a.hbm_bytes_per_second
         + s.optimizer_host_params / c.host_adam_params_per_second

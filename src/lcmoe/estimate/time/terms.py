@@ -240,7 +240,7 @@ def step_terms(a: RunAmounts, c: TimeCoefficients) -> tuple[TimeTerm, ...]:
     """The step's terms beside the microbatches: exposed DP gradient traffic (the stage with the
     most) and the optimizer step (the stage with the slowest: GPU Adam, host Adam, host-link copies)."""
     dp_bw = link_bandwidth(a, a.dp_span, c)
-    dp_stage = max(a.stages, key=lambda s: s.dp_bytes)
+    dp_stage = max(a.stages, key=lambda s: s.dp_bytes + s.fsdp_bytes)
     optimizer = max(
         a.stages,
         key=lambda s: (
@@ -276,7 +276,16 @@ def step_terms(a: RunAmounts, c: TimeCoefficients) -> tuple[TimeTerm, ...]:
             "optimizer",
         ),
     )
-    return tuple(t for t in (*terms, *muon_terms(a, optimizer, c)) if t.amount)
+    fsdp = time_term(
+        "Megatron-FSDP per-microbatch gathers and reduce-scatters",
+        dp_stage.fsdp_bytes,
+        ("B", "B/s"),
+        dp_bw,
+        "dp_comm",
+        c.dp_exposed_fraction,
+        "exposed share, dp_exposed_fraction",
+    )
+    return tuple(t for t in (*terms, fsdp, *muon_terms(a, optimizer, c)) if t.amount)
 
 
 def muon_terms(a: RunAmounts, s: StageAmounts, c: TimeCoefficients) -> tuple[TimeTerm, ...]:
