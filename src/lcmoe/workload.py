@@ -71,10 +71,14 @@ MAX_TOKEN_IMBALANCE = 1000.0
 # (ModelSpec.num_layers) and ≤ 2^20 GPUs (layout.MAX_GPUS).
 _INT_RANGES = {
     "num_distributed_optimizer_instances": (1, 2**20),
+    "muon_num_ns_steps": (1, 100),
     "recompute_num_layers": (0, 100_000),  # < 1 is refused below with its own message
     "lora_rank": (0, 1_000_000),
 }
 # Fractions in [0, 1]: dropout probabilities and the optimizer share kept on the host.
+# Quintic Newton-Schulz coefficient sets (emerging_optimizers muon_utils.py ``_COEFFICIENT_SETS``
+# "quintic", the default muon_coefficient_type): the step count must be a multiple of it.
+MUON_QUINTIC_SETS = 5
 _FRACTIONS = ("optimizer_offload_fraction", "activation_offload_fraction", "hidden_dropout", "attention_dropout")
 
 
@@ -156,9 +160,22 @@ class TrainingOptions:
     fp8_param_gather: bool | None = None
     # Optimizer and state placement.
     optimizer: Literal["adam", "muon", "sgd"] = "adam"
+    # Muon (mcore optimizer/emerging_optimizers.py TensorParallelMuon; estimate.muon): the
+    # Newton-Schulz iterations per update (OptimizerConfig.muon_num_ns_steps; the quintic
+    # coefficients come in sets of 5, so a multiple of 5) and how a TP-sharded matrix is
+    # orthogonalised (muon_tp_mode: blockwise = each shard alone, duplicated = gathered on every
+    # TP rank, distributed = TP-aware NS with an all-reduce per iteration). With Muon,
+    # ``distributed_optimizer`` means Megatron-Core's layer-wise distributed optimizer (Bridge
+    # ``dist_muon``), which shards whole matrices over DP.
+    muon_num_ns_steps: int = 5
+    muon_tp_mode: Literal["blockwise", "duplicated", "distributed"] = "blockwise"
     distributed_optimizer: bool = True
     num_distributed_optimizer_instances: int = 1
     megatron_fsdp: bool = False
+    # What Megatron-FSDP shards over DP·CP (experts over expert-DP): DDPConfig
+    # .data_parallel_sharding_strategy (optim = ZeRO-1, optim_grads = ZeRO-2, optim_grads_params =
+    # ZeRO-3, no_shard = none; estimate.fsdp). Only read with ``megatron_fsdp``.
+    megatron_fsdp_sharding: Literal["optim_grads_params", "optim_grads", "optim", "no_shard"] = "optim_grads_params"
     # The DDP gradient buffer: BF16 under Bridge's ``grad_reduce_in_fp32=False`` / Megatron-LM's
     # ``--grad-reduce-in-bf16``, or a precision-aware optimizer's BF16 main grads.
     main_grads_dtype: Literal["fp32", "bf16"] = "fp32"
@@ -297,6 +314,13 @@ class TrainingOptions:
             }
         }
 
+    def muon_summary(self) -> dict[str, object]:
+        """``optimizer`` and the Muon fields as the JSON outputs spell them, or {} under Adam:
+        outputs without Muon keep their keys."""
+        if self.optimizer != "muon":
+            return {}
+        return {"optimizer": "muon", "muon_num_ns_steps": self.muon_num_ns_steps, "muon_tp_mode": self.muon_tp_mode}
+
     def recomputes(self, module: str) -> bool:
         return self.recompute_granularity == "selective" and module in self.recompute_modules
 
@@ -378,6 +402,14 @@ def _check_combinations(o: TrainingOptions) -> None:
             "moments or master parameters below FP32 need the precision-aware optimizer "
             "(optimizer_config.py)",
             "set use_precision_aware_optimizer or keep FP32 moments and master parameters",
+        )
+    if o.muon_num_ns_steps % MUON_QUINTIC_SETS:
+        raise LcmoeError(
+            "muon_num_ns_steps",
+            o.muon_num_ns_steps,
+            f"must be a multiple of {MUON_QUINTIC_SETS}: the quintic Newton-Schulz coefficients come in sets of "
+            f"{MUON_QUINTIC_SETS} (emerging_optimizers muon_utils.py newton_schulz)",
+            "use 5 (Bridge's and Megatron-LM's default) or 10",
         )
     if o.recompute_num_layers < 1:
         raise LcmoeError("recompute_num_layers", o.recompute_num_layers, "must be ≥ 1", "e.g. 1")

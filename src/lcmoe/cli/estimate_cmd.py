@@ -90,6 +90,9 @@ def estimate(
         "--delay-wgrad-compute",
         help="delay the weight-gradient GEMMs in the EP-overlap schedule (delay_wgrad_compute; needs --ep-overlap)",
     ),
+    optimizer: str = ro.OPTIMIZER,
+    muon_ns_steps: int = ro.MUON_NS_STEPS,
+    muon_tp_mode: str = ro.MUON_TP_MODE,
     cp_comm_type: str | None = ro.CP_COMM_TYPE,
     hierarchical_cp_sizes: str | None = ro.HIERARCHICAL_CP_SIZES,
     pipeline_layout: str = typer.Option(
@@ -229,6 +232,7 @@ def _run_from_flags(params: dict[str, Any], given: list[str]) -> Any:
         ep_overlap=params["ep_overlap"],
         delay_wgrad=params["delay_wgrad_compute"],
         main_grads_dtype=main_grads_dtype,
+        optimizer=ro.muon_fields(params["optimizer"], params["muon_ns_steps"], params["muon_tp_mode"]),
     )
 
 
@@ -304,13 +308,15 @@ def _run_from_plan(path: Path, rank: int) -> Any:
     return run_from_plan(doc, index=rank - 1)
 
 
-def _with_knobs(run: Any, *, ep_overlap: bool, delay_wgrad: bool, main_grads_dtype: str | None) -> Any:
-    """The knobs run_options.build_run does not take: EP overlap, delayed wgrad and the gradient
-    buffer's dtype."""
+def _with_knobs(
+    run: Any, *, ep_overlap: bool, delay_wgrad: bool, main_grads_dtype: str | None, optimizer: dict[str, Any]
+) -> Any:
+    """The knobs run_options.build_run does not take: EP overlap, delayed wgrad, the gradient
+    buffer's dtype and the optimizer (``run_options.muon_fields``)."""
     from dataclasses import replace
 
     options = run.options
-    changes: dict[str, Any] = {}
+    changes: dict[str, Any] = {k: v for k, v in optimizer.items() if getattr(options, k) != v}
     if ep_overlap != options.overlap_moe_expert_parallel_comm:
         changes["overlap_moe_expert_parallel_comm"] = ep_overlap
     if delay_wgrad != options.delay_wgrad_compute:
@@ -323,7 +329,10 @@ def _with_knobs(run: Any, *, ep_overlap: bool, delay_wgrad: bool, main_grads_dty
 def _settings(run: Any) -> dict[str, Any]:
     """The run's settings beyond layout/precision/recompute: the optimizer, gradients and overlap."""
     opt = run.options
+    muon = {"muon_num_ns_steps": opt.muon_num_ns_steps, "muon_tp_mode": opt.muon_tp_mode}
     return {
+        "optimizer": opt.optimizer,
+        **(muon if opt.optimizer == "muon" else {}),
         "precision_aware_optimizer": opt.precision_aware_optimizer,
         "main_grads_dtype": opt.main_grads_dtype,
         "exp_avg_dtype": opt.exp_avg_dtype,

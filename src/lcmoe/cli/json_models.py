@@ -159,6 +159,11 @@ class Plan(_Open):
         default=None, description="only with fine-grained activation offloading"
     )
     paged_stash: PagedStash | None = Field(default=None, description="only with a rank capacity factor")
+    optimizer: Literal["muon"] | None = Field(default=None, description="only with --optimizer muon")
+    muon_num_ns_steps: int | None = Field(default=None, description="only with --optimizer muon")
+    muon_tp_mode: Literal["blockwise", "duplicated", "distributed"] | None = Field(
+        default=None, description="only with --optimizer muon"
+    )
 
 
 class PlanInputs(_Open):
@@ -215,6 +220,11 @@ class EstimateInputs(_Open):
     main_grads_dtype: Literal["fp32", "bf16"]
     overlap_moe_expert_parallel_comm: bool
     delay_wgrad_compute: bool = False
+    optimizer: Literal["adam", "muon", "sgd"] = "adam"
+    muon_num_ns_steps: int | None = Field(default=None, description="only with --optimizer muon")
+    muon_tp_mode: Literal["blockwise", "duplicated", "distributed"] | None = Field(
+        default=None, description="only with --optimizer muon"
+    )
     doc_lengths: DocLengths | None = Field(default=None, description="only with --doc-lengths")
     activation_offload: ActivationOffload | None = Field(default=None, description="only with --offload-modules")
     paged_stash: PagedStash | None = Field(default=None, description="only with --moe-rank-capacity-factor")

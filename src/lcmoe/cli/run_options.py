@@ -369,6 +369,38 @@ def paged_stash_options(capacity: float | None, stash: bool, cuda: float, cpu: f
     }
 
 
+OPTIMIZERS = ("adam", "muon")
+MUON_TP_MODES = ("blockwise", "duplicated", "distributed")
+OPTIMIZER = typer.Option(
+    "adam",
+    "--optimizer",
+    help=f"{choices_text(OPTIMIZERS)}: muon orthogonalises the 2-D weights (Newton-Schulz) and keeps the "
+    "embedding, output layer and norms on Adam; layer-wise distributed over DP (Bridge dist_muon)",
+    autocompletion=complete_one(OPTIMIZERS),
+)
+MUON_NS_STEPS = typer.Option(
+    5, "--muon-ns-steps", min=1, max=100, help="with --optimizer muon: Newton-Schulz steps (a multiple of 5)"
+)
+MUON_TP_MODE = typer.Option(
+    "blockwise",
+    "--muon-tp-mode",
+    help=f"with --optimizer muon: {choices_text(MUON_TP_MODES)} (how a TP-sharded matrix is orthogonalised)",
+    autocompletion=complete_one(MUON_TP_MODES),
+)
+
+
+def muon_fields(optimizer: str, ns_steps: int, tp_mode: str) -> dict[str, Any]:
+    """TrainingOptions' optimizer fields from ``--optimizer``, ``--muon-ns-steps`` and
+    ``--muon-tp-mode`` (the Muon ones only with muon: they mean nothing to Adam)."""
+    if optimizer not in OPTIMIZERS:
+        raise LcmoeError("--optimizer", optimizer, f"must be one of {', '.join(OPTIMIZERS)}", "e.g. --optimizer muon")
+    if optimizer != "muon":
+        return {"optimizer": optimizer}
+    if tp_mode not in MUON_TP_MODES:
+        raise LcmoeError("--muon-tp-mode", tp_mode, f"must be one of {', '.join(MUON_TP_MODES)}", "e.g. blockwise")
+    return {"optimizer": "muon", "muon_num_ns_steps": ns_steps, "muon_tp_mode": tp_mode}
+
+
 def build_run(**knobs: Any) -> RunConfig:
     """The RunConfig of `estimate`'s options, given by RunKnobs' field names (a missing or unknown
     name is a TypeError from RunKnobs on the first call). Kept for estimate_cmd; new callers build

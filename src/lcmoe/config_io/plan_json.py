@@ -123,12 +123,24 @@ def run_from_plan(doc: dict[str, Any], *, index: int = 0, hardware: HardwareSpec
             **_peft(entry.get("peft")),
             **_activation_offload(entry.get("activation_offload")),
             **_paged_stash(entry.get("paged_stash")),
+            **_muon(entry),
         )
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise LcmoeError(
             "--plan", f"plans[{index}]", f"is missing or has a bad field ({exc})", "re-run lcmoe plan"
         ) from None
     return RunConfig(model, hw, layout, options)
+
+
+def _muon(entry: dict[str, Any]) -> dict[str, Any]:
+    """A Muon plan's optimizer fields (``TrainingOptions.muon_summary``); {} for an Adam plan."""
+    if entry.get("optimizer", "adam") != "muon":
+        return {}
+    return {
+        "optimizer": "muon",
+        "muon_num_ns_steps": _whole(entry, "muon_num_ns_steps", 5),
+        "muon_tp_mode": _text(entry, "muon_tp_mode"),
+    }
 
 
 def _plan_layout(lay: dict[str, Any]) -> ParallelLayout:

@@ -124,6 +124,9 @@ def optimizer_text(entry: dict[str, Any]) -> str:
     moments = str(entry.get("exp_avg_dtype") or ("bf16" if aware else "fp32")).upper()
     grads = str(entry.get("main_grads_dtype") or "fp32").upper()
     text = f"{'precision-aware' if aware else 'plain'} Adam, {moments} moments, {grads} main grads"
+    if entry.get("optimizer") == "muon":
+        steps, mode = entry.get("muon_num_ns_steps") or 5, entry.get("muon_tp_mode") or "blockwise"
+        text = f"Muon, {steps} NS steps, {mode} TP, FP32 momentum, {grads} main grads"
     offload = entry.get("optimizer_offload_fraction")
     if "exp_avg_dtype" in entry and offload:
         text += f", {100 * float(offload):g}% on the host"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lcmoe.estimate.flops import flops_per_token, lora_model_flops_per_token
+from lcmoe.estimate.fsdp import fsdp_extra_dp_bytes
 from lcmoe.estimate.memory import (
     BF16,
     StagedLayout,
@@ -16,6 +17,8 @@ from lcmoe.estimate.memory import (
     staged_layout,
     token_shape,
 )
+from lcmoe.estimate.memory.state import weight_bytes_per_param
+from lcmoe.estimate.muon import MuonStepAmounts, muon_step_amounts
 from lcmoe.estimate.packing import attention_lengths, bridge_core_length, real_token_share
 from lcmoe.estimate.params import LayerSignature, attention_kind, layer_signature, lora_adapters
 from lcmoe.estimate.time.communication import ep_link_shares
@@ -110,6 +113,8 @@ class StageAmounts:
     # (paged_stash.stage_stash_amounts).
     paged_stash_bytes: float = 0.0
     paged_stash_spill_bytes: float = 0.0
+    muon: MuonStepAmounts | None = None  # the Muon optimizer's step (estimate.muon); None under Adam
+    fsdp_bytes: float = 0.0  # Megatron-FSDP's DP bytes beyond dp_bytes, per step (estimate.fsdp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,6 +388,17 @@ def _stage_amounts(
         optimizer_host_bytes=offloaded * OFFLOAD_HOST_LINK_BYTES_PER_PARAM,
         activation_offload_bytes=stage_offload_bytes(run, stage),
         **dict(zip(("paged_stash_bytes", "paged_stash_spill_bytes"), stage_stash_amounts(run, stage), strict=True)),
+        muon=muon_step_amounts(
+            model, layout, stage, options, (params.dense, params.expert), shards=(dense_shard, expert_shard)
+        ),
+        fsdp_bytes=fsdp_extra_dp_bytes(
+            (params.dense, params.expert),
+            (dense_dp, edp),
+            num_microbatches=layout.num_microbatches,
+            weight_bytes=weight_bytes_per_param(options),
+            grad_bytes=grad_bytes,
+            options=options,
+        ),
     )
 
 
