@@ -94,6 +94,9 @@ def test_sigint_during_search_leaves_no_files(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
+        # A user's shell starts lcmoe with SIGINT at its default; an xdist worker may ignore it,
+        # and a child that inherits SIG_IGN never sees the Ctrl-C this test sends.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stderr is not None
     started = proc.stderr.readline()
