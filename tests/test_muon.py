@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -284,7 +283,7 @@ def test_bridge_and_megatron_core_run_the_emitted_muon(tmp_path: Path) -> None:
     Megatron-Core's __post_init__): Muon starts with ``dist_muon`` (or ``muon``), the distributed
     optimizer and the parameter-gather overlap off; beside the precision-aware optimizer
     Megatron-Core refuses as L-MUON-PRECISION-AWARE does."""
-    from tests.test_bridge_runtime import HERE, HF_DIRS, _case
+    from tests.test_bridge_runtime import _case, bridge_results
 
     good, plain = _qwen(), with_options(_qwen(), distributed_optimizer=False)
     aware = _qwen(exp_avg_dtype="bf16", main_grads_dtype="bf16")
@@ -295,18 +294,7 @@ def test_bridge_and_megatron_core_run_the_emitted_muon(tmp_path: Path) -> None:
         _case("muon/plain", plain, tmp_path),
         _case("muon/precision-aware", aware, tmp_path),
     ]
-    request = {"hf_dirs": {k: str(v) for k, v in HF_DIRS.items()}, "cases": cases, "mixed_precision_names": []}
-    done = subprocess.run(
-        [BRIDGE_PYTHON, str(HERE / "bridge_runtime.py")],
-        input=json.dumps(request),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    results = {r["name"]: r for r in json.loads(done.stdout)["results"]}
+    results = bridge_results(cases)
     for name, optimizer in (("muon", "dist_muon"), ("muon/yaml", "dist_muon"), ("muon/plain", "muon")):
         result = results[name]
         assert result["ok"], (name, result.get("error"))

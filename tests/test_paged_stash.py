@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -260,7 +259,7 @@ def test_bridge_and_megatron_core_run_the_emitted_stash(tmp_path: Path) -> None:
     the rank capacity factor Megatron-Core refuses (transformer_config.py:1907-1911) as
     L-STASH-CAPACITY does, without the op fuser (:1699-1705), and beside expert_fc1 offloading
     (:1912-1921) as L-STASH-OFFLOAD does."""
-    from tests.test_bridge_runtime import HERE, HF_DIRS, _case
+    from tests.test_bridge_runtime import _case, bridge_results
 
     good = _qwen(**STASH, moe_paged_stash_buffer_size_factor_cuda=1.2, moe_paged_stash_buffer_size_factor_cpu=1.0)
     assert violations(good) == []
@@ -276,18 +275,7 @@ def test_bridge_and_megatron_core_run_the_emitted_stash(tmp_path: Path) -> None:
         {**case, "name": "stash/no-fuser", "overrides": no_fuser},
         {**case, "name": "stash/expert-offload", "overrides": offloaded, "env": {"NVTE_CPU_OFFLOAD_V1": "1"}},
     ]
-    request = {"hf_dirs": {k: str(v) for k, v in HF_DIRS.items()}, "cases": cases, "mixed_precision_names": []}
-    done = subprocess.run(
-        [BRIDGE_PYTHON, str(HERE / "bridge_runtime.py")],
-        input=json.dumps(request),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    results = {r["name"]: r for r in json.loads(done.stdout)["results"]}
+    results = bridge_results(cases)
     for name in ("stash", "stash/yaml"):
         assert results[name]["ok"], (name, results[name].get("error"))
     assert "requires moe_expert_rank_capacity_factor" in results["stash/no-capacity"]["error"]
