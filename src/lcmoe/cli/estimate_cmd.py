@@ -329,10 +329,9 @@ def _with_knobs(
 def _settings(run: Any) -> dict[str, Any]:
     """The run's settings beyond layout/precision/recompute: the optimizer, gradients and overlap."""
     opt = run.options
-    muon = {"muon_num_ns_steps": opt.muon_num_ns_steps, "muon_tp_mode": opt.muon_tp_mode}
     return {
         "optimizer": opt.optimizer,
-        **(muon if opt.optimizer == "muon" else {}),
+        **opt.muon_summary(),
         "precision_aware_optimizer": opt.precision_aware_optimizer,
         "main_grads_dtype": opt.main_grads_dtype,
         "exp_avg_dtype": opt.exp_avg_dtype,

@@ -1,5 +1,6 @@
-"""The Muon optimizer step's seconds on one stage (amounts: ``estimate.muon``): Newton-Schulz
-GEMMs at the BF16 GEMM rate, its TP traffic, and the layer-wise optimizer's exposed DP traffic."""
+"""The optimizer step's seconds on one stage (``stage_optimizer_seconds``), and Muon's part of it
+(amounts: ``estimate.muon``): Newton-Schulz GEMMs at the BF16 GEMM rate, its TP traffic, and the
+layer-wise optimizer's exposed DP traffic."""
 
 from __future__ import annotations
 
@@ -28,3 +29,15 @@ def stage_muon_seconds(a: RunAmounts, s: StageAmounts, c: TimeCoefficients) -> t
 def stage_muon_total(a: RunAmounts, s: StageAmounts, c: TimeCoefficients) -> float:
     """The three ``stage_muon_seconds`` added: what the step waits for after the last backward."""
     return sum(stage_muon_seconds(a, s, c))
+
+
+def stage_optimizer_seconds(a: RunAmounts, s: StageAmounts, c: TimeCoefficients) -> float:
+    """Stage ``s``'s optimizer step: the GPU optimizer's HBM pass (optimizer_gpu_bytes / HBM
+    B/s), host Adam (optimizer_host_params / host_adam_params_per_second), the host-link copies
+    (optimizer_host_bytes / host-link B/s) and Muon's step (``stage_muon_total``, 0 under Adam)."""
+    return (
+        s.optimizer_gpu_bytes / a.hbm_bytes_per_second
+        + s.optimizer_host_params / c.host_adam_params_per_second
+        + s.optimizer_host_bytes / a.host_link_bytes_per_second
+        + stage_muon_total(a, s, c)
+    )

@@ -9,7 +9,7 @@ from lcmoe.estimate.memory import StagedLayout
 from lcmoe.estimate.time.amounts import RunAmounts, StageAmounts, time_amounts
 from lcmoe.estimate.time.coefficients import TimeCoefficients, shipped_time_coefficients
 from lcmoe.estimate.time.communication import link_bandwidth
-from lcmoe.estimate.time.muon_step import stage_muon_total
+from lcmoe.estimate.time.muon_step import stage_optimizer_seconds
 from lcmoe.estimate.time.offload import activation_offload_doubt, activation_offload_seconds
 from lcmoe.estimate.time.paged_stash import paged_stash_seconds, rerun_seconds
 from lcmoe.estimate.time.stage import (
@@ -80,13 +80,7 @@ def step_tail(a: RunAmounts, c: TimeCoefficients) -> tuple[float, float]:
     """(exposed DP gradient seconds, optimizer-step seconds) of the step: the largest stage's."""
     dp_bw = link_bandwidth(a, a.dp_span, c)
     dp = max(c.dp_exposed_fraction * (s.dp_bytes + s.fsdp_bytes) / dp_bw for s in a.stages)
-    optimizer = max(
-        s.optimizer_gpu_bytes / a.hbm_bytes_per_second
-        + s.optimizer_host_params / c.host_adam_params_per_second
-        + s.optimizer_host_bytes / a.host_link_bytes_per_second
-        + (stage_muon_total(a, s, c) if s.muon is not None else 0.0)
-        for s in a.stages
-    )
+    optimizer = max(stage_optimizer_seconds(a, s, c) for s in a.stages)
     return dp, optimizer
 
 

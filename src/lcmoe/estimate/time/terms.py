@@ -17,7 +17,7 @@ from lcmoe.estimate.time.amounts import RunAmounts, StageAmounts
 from lcmoe.estimate.time.coefficients import TimeCoefficients
 from lcmoe.estimate.time.communication import DISPATCH_SM_SHARE, link_bandwidth
 from lcmoe.estimate.time.compute import GDN_SECONDS_PER_TOKEN_HEAD
-from lcmoe.estimate.time.muon_step import stage_muon_total
+from lcmoe.estimate.time.muon_step import stage_optimizer_seconds
 from lcmoe.estimate.time.stage import LayerSeconds, StageRates, cp_ring_layer_seconds, layer_seconds, stage_rates
 
 
@@ -241,15 +241,7 @@ def step_terms(a: RunAmounts, c: TimeCoefficients) -> tuple[TimeTerm, ...]:
     most) and the optimizer step (the stage with the slowest: GPU Adam, host Adam, host-link copies)."""
     dp_bw = link_bandwidth(a, a.dp_span, c)
     dp_stage = max(a.stages, key=lambda s: s.dp_bytes + s.fsdp_bytes)
-    optimizer = max(
-        a.stages,
-        key=lambda s: (
-            s.optimizer_gpu_bytes / a.hbm_bytes_per_second
-            + s.optimizer_host_params / c.host_adam_params_per_second
-            + s.optimizer_host_bytes / a.host_link_bytes_per_second
-            + (stage_muon_total(a, s, c) if s.muon is not None else 0.0)
-        ),
-    )
+    optimizer = max(a.stages, key=lambda s: stage_optimizer_seconds(a, s, c))
     terms = (
         time_term(
             "DP/EDP gradient reduce-scatter + all-gather",
