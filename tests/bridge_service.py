@@ -1,8 +1,9 @@
 """One Megatron Bridge interpreter for the whole test session (tests/bridge_runtime.py ``--serve``).
 
 Bridge's import chain costs ~25 s of CPU, once per process: every test that asks Bridge's
-``runtime_config_update`` for a verdict (tests/test_bridge_runtime.py, the activation-offload and
-delayed-wgrad start-up tests) sends its request to the one process the session fixture
+``runtime_config_update`` for a verdict (tests/test_bridge_runtime.py and the activation-offload,
+delayed-wgrad, Muon and paged-stash start-up tests, through its ``bridge_answer`` /
+``bridge_results``) sends its request to the one process the session fixture
 ``bridge_service`` (tests/conftest.py) starts, and gets the answer the one-shot
 ``bridge_runtime.py`` would print. Those tests share an xdist group, so one worker starts it.
 """

@@ -259,7 +259,7 @@ def test_bridge_and_megatron_core_run_the_emitted_offload(tmp_path: Path, bridge
     the emitted environment it starts; without NVTE_CPU_OFFLOAD_V1 Bridge refuses (config.py:
     2053-2059), and attn_proj without core_attn Megatron-Core refuses (transformer_config.py:
     1868-1873) as L-AOFF-ATTN-PROJ does."""
-    from tests.test_bridge_runtime import _case, hf_dirs
+    from tests.test_bridge_runtime import _case, bridge_results
 
     good = _qwen(frozenset({"core_attn", "attn_proj", "expert_fc1"}), activation_offload_fraction=0.5)
     env = {name: value for name, (value, _) in environment(good).items()}
@@ -271,8 +271,7 @@ def test_bridge_and_megatron_core_run_the_emitted_offload(tmp_path: Path, bridge
         {**_case("offload/no-env", good, tmp_path), "te_gate": True},
         {**_case("offload/attn-proj-alone", lone, tmp_path), "env": env, "te_gate": True},
     ]
-    answer = bridge_service.check({"hf_dirs": hf_dirs(), "cases": cases, "mixed_precision_names": []})
-    results = {r["name"]: r for r in answer["results"]}
+    results = bridge_results(bridge_service, cases)
     for name in ("offload", "offload/yaml"):
         assert results[name]["ok"], (name, results[name].get("error"))
     assert not results["offload/no-env"]["ok"] and "NVTE_CPU_OFFLOAD_V1" in results["offload/no-env"]["error"]

@@ -69,6 +69,19 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+def bridge_answer(
+    service: BridgeService, cases: list[dict[str, Any]], mixed_precision_names: list[str] | None = None
+) -> dict[str, Any]:
+    """The real Bridge's answer over ``cases`` from the session's one Bridge process (the
+    ``bridge_service`` fixture): ``results`` by case, ``registered_precisions``."""
+    return service.check({"hf_dirs": hf_dirs(), "cases": cases, "mixed_precision_names": mixed_precision_names or []})
+
+
+def bridge_results(service: BridgeService, cases: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each case's verdict from :func:`bridge_answer`, by case name."""
+    return {r["name"]: r for r in bridge_answer(service, cases)["results"]}
+
+
 # What a LoRA launcher adds at run time (launchers.CHECKPOINT_VARIABLE): the base checkpoint.
 # (Bridge checks that the path exists: the test points it at an empty folder.)
 BASE_CHECKPOINT = "checkpoint.pretrained_checkpoint={}"
@@ -236,13 +249,7 @@ def bridge(tmp_path_factory: pytest.TempPathFactory, bridge_service: BridgeServi
     bad = [*_known_bad(), *_hierarchical_cp_bad(), ("old-vpp-null", old_run, old_lines)]
     cases += [{**_case(name, run, tmp), "overrides": lines} for name, run, lines in bad]
     cases.append(_case("old-vpp-null/fixed", old_run, tmp))
-    answer = bridge_service.check(
-        {
-            "hf_dirs": hf_dirs(),
-            "cases": cases,
-            "mixed_precision_names": sorted(set(MIXED_PRECISION.values())),
-        }
-    )
+    answer = bridge_answer(bridge_service, cases, sorted(set(MIXED_PRECISION.values())))
     saved = {case["name"]: Path(case["dump_yaml"]) for case in cases if "dump_yaml" in case}
     planned = frozenset(name for name, _ in plans)
     return Verdicts(runs, {r["name"]: r for r in answer["results"]}, answer["registered_precisions"], saved, planned)

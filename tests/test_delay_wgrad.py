@@ -121,7 +121,7 @@ def test_bridge_and_megatron_core_run_the_emitted_delayed_wgrad(tmp_path: Path, 
     a TE 2.x container's; then TransformerConfig.__post_init__, transformer_config.py:2748-2752).
     With EP overlap it starts and the model runs with both flags on; without, Bridge refuses as
     L-WGRAD-EP-OVERLAP does."""
-    from tests.test_bridge_runtime import _case, hf_dirs
+    from tests.test_bridge_runtime import _case, bridge_results
 
     good, alone = _qwen(), _qwen(overlap=False)
     assert violations(good) == [] and "L-WGRAD-EP-OVERLAP" in _broken(alone)
@@ -130,8 +130,7 @@ def test_bridge_and_megatron_core_run_the_emitted_delayed_wgrad(tmp_path: Path, 
         {**_case("wgrad/yaml", good, tmp_path, as_yaml=True), "te_gate": True},
         {**_case("wgrad/no-ep-overlap", alone, tmp_path), "te_gate": True},
     ]
-    answer = bridge_service.check({"hf_dirs": hf_dirs(), "cases": cases, "mixed_precision_names": []})
-    results = {r["name"]: r for r in answer["results"]}
+    results = bridge_results(bridge_service, cases)
     for name in ("wgrad", "wgrad/yaml"):
         assert results[name]["ok"], (name, results[name].get("error"))
         assert results[name]["model"]["delay_wgrad_compute"] is True
