@@ -28,6 +28,8 @@ def estimate_run(run: RunConfig, coefficients: TimeCoefficients | None = None) -
             "optimizer_offload_fraction": run.options.optimizer_offload_fraction,
             "peft": run.options.peft_summary(),
             **run.options.activation_offload_summary(),
+            **run.options.paged_stash_summary(),
+            **run.options.muon_summary(),
         },
         "layout": run.layout.as_dict(),
         "memory": memory.as_dict(),

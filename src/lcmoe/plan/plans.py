@@ -54,6 +54,13 @@ class PlanRequest:
     # (plan.bound; the same plans, Pareto front and fallback); False: climb every candidate, so
     # that ``fit`` and ``fitting_points`` cover all of them.
     prune: bool = True
+    # The optimizer the user chose (not searched): TrainingOptions.muon_summary's fields, or {} for Adam.
+    optimizer: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def allow_optimizer_offload(self) -> bool:
+        """Whether the search may offload optimizer state: not under Muon (L-MUON-OFFLOAD)."""
+        return self.allow_offload and dict(self.optimizer).get("optimizer") != "muon"
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +141,8 @@ class Plan:
             "main_grads_dtype": opt.main_grads_dtype,
             "peft": opt.peft_summary(),
             **opt.activation_offload_summary(),
+            **opt.paged_stash_summary(),
+            **opt.muon_summary(),
             "memory": self.memory.as_dict(),
             "time": self.time_dict(),
             "reasons": [{"rule": a.rule, "text": a.text} for a in self.reasons],

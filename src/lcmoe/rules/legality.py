@@ -13,6 +13,9 @@ from lcmoe.layout import check_pipeline_layout, layers_split_evenly, pipeline_st
 from lcmoe.rules.activation_offload import ACTIVATION_OFFLOAD_RULES
 from lcmoe.rules.context_parallel import CP_A2A_HEADS, CP_HIER_SIZES, CP_HIER_THD, SEQ_CP, SEQ_SP
 from lcmoe.rules.delay_wgrad import DELAY_WGRAD_RULES
+from lcmoe.rules.megatron_fsdp import FSDP_RULES
+from lcmoe.rules.muon import MUON_RULES
+from lcmoe.rules.paged_stash import PAGED_STASH_RULES
 from lcmoe.rules.records import LegalityRule as LegalityRule
 from lcmoe.rules.records import Violation as Violation
 from lcmoe.run import RunConfig
@@ -390,7 +393,10 @@ RULES: tuple[LegalityRule, ...] = (
     ),
     CP_HIER_THD,
     *ACTIVATION_OFFLOAD_RULES,
+    *PAGED_STASH_RULES,
     *DELAY_WGRAD_RULES,
+    *MUON_RULES,
+    *FSDP_RULES,
 )
 
 RULE_IDS = frozenset(rule.id for rule in RULES)
