@@ -200,6 +200,9 @@ class PlanDocument(_Open):
     searched: int
     legal: int
     fit: int
+    # Legal candidates within the model-state bound that the search skipped because their
+    # throughput ceiling shows they cannot change the output (lcmoe.plan.bound); not in ``fit``.
+    pruned: int
     closest: Plan | None = None
     min_gpus_needed: int | None = None
     fewer_gpus_that_fit: int | None = None

@@ -49,6 +49,7 @@ def plan_payload(request: PlanRequest, result: SearchResult) -> dict[str, Any]:
         "searched": result.searched,
         "legal": result.legal,
         "fit": result.fit,
+        "pruned": result.pruned,
         "rank": {
             "mode": result.rank,
             "by": "time.tokens_per_sec_per_gpu_low" if result.rank == "conservative" else "time.tokens_per_sec_per_gpu",

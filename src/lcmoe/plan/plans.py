@@ -50,6 +50,10 @@ class PlanRequest:
     lora_input_regather: bool = False
     # Document lengths packed into each seq_len sample (TrainingOptions.doc_lengths); None: fixed length.
     doc_lengths: DocLengths | None = None
+    # Skip the candidates whose throughput ceiling shows they cannot change the output
+    # (plan.bound; the same plans, Pareto front and fallback); False: climb every candidate, so
+    # that ``fit`` and ``fitting_points`` cover all of them.
+    prune: bool = True
     # The optimizer the user chose (not searched): TrainingOptions.muon_summary's fields, or {} for Adam.
     optimizer: tuple[tuple[str, object], ...] = ()
 
@@ -153,6 +157,9 @@ class SearchResult:
     searched: int
     legal: int
     fit: int
+    # Legal candidates skipped by their throughput ceiling (plan.bound): neither climbed nor
+    # counted in ``fit``; ``fit`` + ``pruned`` ≤ ``legal``.
+    pruned: int = 0
     closest: Plan | None = None
     min_gpus_needed: int | None = None
     notes: list[str] = field(default_factory=list)

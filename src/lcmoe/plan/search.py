@@ -25,9 +25,10 @@ from dataclasses import dataclass, field, replace
 
 from lcmoe.errors import LcmoeError
 from lcmoe.estimate.band import RunDescriptor, TimeBand, TimeEvidence, describe_run, time_band, widened
-from lcmoe.estimate.memory import StagedLayout, shipped_coefficients, staged_layout
+from lcmoe.estimate.memory import MemoryCoefficients, StagedLayout, shipped_coefficients, staged_layout
 from lcmoe.estimate.time import shipped_time_coefficients
 from lcmoe.layout import ParallelLayout
+from lcmoe.plan.bound import FloorMemo, Frontier, peak_floor_bytes, throughput_ceiling, variant_peak_floor_bytes
 from lcmoe.plan.candidates import (
     MIN_TOKENS_PER_STEP,
     OFFLOAD_FRACTIONS,
@@ -52,13 +53,13 @@ from lcmoe.plan.fitting import (
     memory_of,
     search_memo,
     static_lower_bound_fits,
+    time_coefficients_of,
     time_of,
 )
 from lcmoe.plan.judge import Judge, judge_for
 from lcmoe.plan.plans import RANK_MODES, Plan, PlanRequest, RankMode, SearchResult
 from lcmoe.rules.advice import Advice, advise
 from lcmoe.run import RunConfig
-from lcmoe.workload import TrainingOptions
 
 __all__ = [
     "MIN_TOKENS_PER_STEP",
@@ -103,72 +104,144 @@ def resolved(request: PlanRequest) -> PlanRequest:
 
 @dataclass(slots=True)
 class _Tally:
-    """What the candidate loop found: counts, the best fitting plan per candidate, and (while
-    nothing fits) a few candidates over capacity."""
+    """What the candidate loop found: counts, the best fitting plan per candidate (with the
+    candidate's enumeration index, the order ``_result`` ranks ties in), and the candidates
+    over capacity (built into plans only when nothing fits)."""
 
     searched: int = 0
     legal: int = 0
-    evaluated: list[Plan] = field(default_factory=list)
-    over: list[Plan] = field(default_factory=list)
+    pruned: int = 0
+    unpriced: int = 0  # fit, but their variants were not priced (``_variants_pruned``)
+    evaluated: list[tuple[int, Plan]] = field(default_factory=list)
+    over: list[tuple[int, RunConfig, StagedLayout]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    """One legal (layout, precision) of the search, its enumeration index and throughput ceiling."""
+
+    index: int
+    run: RunConfig
+    staged: StagedLayout
+    ceiling: float
+
+
+def _candidates(request: PlanRequest, layouts: list[ParallelLayout], tally: _Tally, judge: Judge) -> list[_Candidate]:
+    """Every legal (layout, precision) in enumeration order, with its ``throughput_ceiling``
+    (inf when the request asks for no pruning); counts ``searched`` and ``legal``."""
+    # The starting options depend on the precision only: built once, not once per layout.
+    starts = tuple(base_options(request, precision) for precision in precisions_for(request))
+    floors = FloorMemo()
+    out: list[_Candidate] = []
+    for layout in layouts:
+        staged: StagedLayout | None = None  # the same for every precision; built once legal
+        for options in starts:
+            run = RunConfig(request.model, request.hardware, layout, options)
+            tally.searched += 1
+            if not judge.legal(run):
+                continue
+            tally.legal += 1
+            staged = staged or staged_layout(run.model, run.layout)
+            ceiling = float("inf")
+            if request.prune:
+                ceiling = throughput_ceiling(run, staged, time_coefficients_of(request, run), floors)
+            out.append(_Candidate(tally.searched - 1, run, staged, ceiling))
+    return out
+
+
+def _pruned(request: PlanRequest, candidate: _Candidate, frontier: Frontier, memo: SearchMemo) -> bool:
+    """Whether ``candidate`` provably changes nothing of the output at its peak-memory floor
+    (``plan.bound.Frontier``, ``peak_floor_bytes``): it is skipped before its memory climb."""
+    if not frontier.outranks(candidate.ceiling):
+        return False
+    run = candidate.run
+    offloaded = memo.copy(run.options, optimizer_offload_fraction=1.0)
+    floor = peak_floor_bytes(run, candidate.staged, offloaded, _memory_coefficients(request))
+    return frontier.dominates(candidate.ceiling, floor)
+
+
+def _memory_coefficients(request: PlanRequest) -> MemoryCoefficients:
+    return request.memory_coefficients or shipped_coefficients()
+
+
+def _variants_pruned(request: PlanRequest, candidate: _Candidate, fitted: Plan, frontier: Frontier) -> bool:
+    """Whether no variant of ``fitted`` can change the output: under the frontier at the
+    variants' peak floor (``variant_peak_floor_bytes``). Only where ``fitted`` is one of its own
+    variants (the alltoall dispatcher is tried), so that the candidate still fits, and no
+    allgather variant is tried (see the floor)."""
+    dispatchers = dispatchers_for(request)
+    if "alltoall" not in dispatchers or "allgather" in dispatchers or not frontier.outranks(candidate.ceiling):
+        return False
+    floor = variant_peak_floor_bytes(fitted.memory, fitted.run.options, _memory_coefficients(request))
+    return frontier.dominates(candidate.ceiling, floor)
 
 
 def _evaluate(
     request: PlanRequest,
-    layout: ParallelLayout,
-    starts: tuple[TrainingOptions, ...],
+    candidate: _Candidate,
     tally: _Tally,
     judge: Judge,
     memo: SearchMemo,
-) -> None:
-    """Every precision of one layout (``starts``: ``base_options`` per precision): legality (by
-    the search's ``judge``), the model-state bound, the recompute/offload climb and the fastest
-    fitting variant (``memo``: what the search remembers between layouts)."""
-    staged: StagedLayout | None = None  # the same for every precision; built once legal
-    for options in starts:
-        run = RunConfig(request.model, request.hardware, layout, options)
-        tally.searched += 1
-        if not judge.legal(run):
-            continue
-        tally.legal += 1
-        staged = staged or staged_layout(run.model, run.layout)
-        if not static_lower_bound_fits(run, request.memory_margin, staged, memo):
-            continue
-        fitted = first_fitting(request, run, staged, judge, memo)
-        if fitted is None:
-            if len(tally.over) < MAX_OVER_PLANS:
-                tally.over.append(Plan(run, memory_of(request, run, staged), time_of(request, run, staged)))
-            continue
-        best = fastest_fitting_variant(request, fitted, staged, judge, memo)
-        if best is not None:
-            tally.evaluated.append(best)
+    bands: _Bands,
+    frontier: Frontier,
+) -> Plan | None:
+    """One legal candidate within the model-state bound: the recompute/offload climb and the fastest
+    fitting variant (``memo``: what the search remembers between candidates), banded; the
+    variants are not priced when the frontier already shows they change nothing."""
+    run, staged = candidate.run, candidate.staged
+    fitted = first_fitting(request, run, staged, judge, memo)
+    if fitted is None:
+        tally.over.append((candidate.index, run, staged))
+        return None
+    if _variants_pruned(request, candidate, fitted, frontier):
+        memo.amounts.clear()
+        tally.unpriced += 1
+        return None
+    best = fastest_fitting_variant(request, fitted, staged, judge, memo)
+    memo.amounts.clear()  # kept for one candidate's variants only
+    if best is None:
+        return None
+    best = bands(best)
+    tally.evaluated.append((candidate.index, best))
+    return best
 
 
 def search(request: PlanRequest, progress: Callable[[int, int], None] | None = None) -> SearchResult:
-    """The full search; see the module docstring."""
+    """The full search; see the module docstring. The legal candidates are climbed in order of
+    their throughput ceiling, highest first, so that the plans that bound the output come first
+    and the candidates under them are skipped (``_pruned``); the output ranks them as enumerated."""
     if request.num_gpus < 1:
         raise LcmoeError("--gpus", request.num_gpus, "must be at least 1", "e.g. --gpus 64")
     request = resolved(request)
     units = [s.gbs_unit for s in layout_shapes(request)]
     gbs = None if request.gbs else common_global_batch(units, request.seq_len)
     layouts = list(enumerate_layouts(request, gbs))
-    # The starting options depend on the precision only: built once, not once per layout.
-    starts = tuple(base_options(request, precision) for precision in precisions_for(request))
     tally = _Tally()
     judge, memo = judge_for(request.megatron_core_version), search_memo(request)
-    for index, layout in enumerate(layouts):
+    candidates = _candidates(request, layouts, tally, judge)
+    candidates.sort(key=lambda c: -c.ceiling)  # stable: equal ceilings keep their order
+    frontier, bands = Frontier(request.top_k, request.rank), _Bands(request.time_evidence)
+    for done, candidate in enumerate(candidates):
         if progress:
-            progress(index, len(layouts))
-        _evaluate(request, layout, starts, tally, judge, memo)
+            progress(done, len(candidates))
+        if not static_lower_bound_fits(candidate.run, request.memory_margin, candidate.staged, memo):
+            continue  # cannot fit: neither climbed nor pruned
+        if _pruned(request, candidate, frontier, memo):
+            tally.pruned += 1
+            continue
+        best = _evaluate(request, candidate, tally, judge, memo, bands, frontier)
+        if best is not None:
+            frontier.add(best, _parallel_key(best))
     if progress:
-        progress(len(layouts), len(layouts))
-    return _result(request, tally, gbs)
+        progress(len(candidates), len(candidates))
+    return _result(request, tally, gbs, bands)
 
 
-def _result(request: PlanRequest, tally: _Tally, gbs: int | None) -> SearchResult:
-    """Rank the fitting plans (by band when the request has evidence) and assemble the result:
-    diverse top-k, Pareto front, fallback, or the closest plan when nothing fits."""
-    banded = _Bands(request.time_evidence)
-    evaluated = [banded(p) for p in tally.evaluated]
+def _result(request: PlanRequest, tally: _Tally, gbs: int | None, banded: _Bands) -> SearchResult:
+    """Rank the fitting plans (banded by the search when the request has evidence), in
+    enumeration order among equals, and assemble the result: diverse top-k, Pareto front,
+    fallback, or the closest plan when nothing fits."""
+    evaluated = [plan for _, plan in sorted(tally.evaluated, key=lambda entry: entry[0])]
     evaluated.sort(key=lambda p: -p.rank_value(request.rank))
     top = _diverse_top(evaluated, request.top_k)
     result = SearchResult(
@@ -177,7 +250,8 @@ def _result(request: PlanRequest, tally: _Tally, gbs: int | None) -> SearchResul
         pareto=pareto_front(evaluated),
         searched=tally.searched,
         legal=tally.legal,
-        fit=len(evaluated),
+        fit=len(evaluated) + tally.unpriced,
+        pruned=tally.pruned,
         fitting_points=[(p.memory.peak_reserved_bytes, p.tokens_per_sec_per_gpu) for p in evaluated],
         gbs=gbs,
         gbs_reason=gbs_reason(gbs or 0, request.seq_len, request.gbs),
@@ -186,9 +260,19 @@ def _result(request: PlanRequest, tally: _Tally, gbs: int | None) -> SearchResul
     if evaluated:
         result.fallback = _explained(conservative_fallback(evaluated, request), evaluated)
     else:
-        closest = min(tally.over, key=lambda p: p.memory.peak_reserved_bytes - p.memory.capacity_bytes, default=None)
+        closest = min(
+            _over_plans(request, tally),
+            key=lambda p: p.memory.peak_reserved_bytes - p.memory.capacity_bytes,
+            default=None,
+        )
         result.closest = banded(closest) if closest else None
     return result
+
+
+def _over_plans(request: PlanRequest, tally: _Tally) -> list[Plan]:
+    """The first MAX_OVER_PLANS candidates over capacity, in enumeration order, as plans."""
+    over = sorted(tally.over, key=lambda entry: entry[0])[:MAX_OVER_PLANS]
+    return [Plan(run, memory_of(request, run, staged), time_of(request, run, staged)) for _, run, staged in over]
 
 
 class _Bands:
