@@ -13,6 +13,7 @@ from lcmoe.layout import check_pipeline_layout, layers_split_evenly, pipeline_st
 from lcmoe.rules.activation_offload import ACTIVATION_OFFLOAD_RULES
 from lcmoe.rules.context_parallel import CP_A2A_HEADS, CP_HIER_SIZES, CP_HIER_THD, SEQ_CP, SEQ_SP
 from lcmoe.rules.delay_wgrad import DELAY_WGRAD_RULES
+from lcmoe.rules.dynamic_cp import DYNAMIC_CP_RULES
 from lcmoe.rules.records import LegalityRule as LegalityRule
 from lcmoe.rules.records import Violation as Violation
 from lcmoe.run import RunConfig
@@ -391,6 +392,7 @@ RULES: tuple[LegalityRule, ...] = (
     CP_HIER_THD,
     *ACTIVATION_OFFLOAD_RULES,
     *DELAY_WGRAD_RULES,
+    *DYNAMIC_CP_RULES,
 )
 
 RULE_IDS = frozenset(rule.id for rule in RULES)
