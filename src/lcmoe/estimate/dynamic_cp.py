@@ -93,7 +93,7 @@ def max_seqlen(options: TrainingOptions, layout: ParallelLayout) -> int:
 def group_size(length: int, most: int, min_size: int = 1) -> int:
     """g(ℓ) = max(min_size, 2^⌈log₂(ℓ/M)⌉), at least 1 (hybrid_cp_schedule.py:43-52; the
     lower bound: Megatron-LM dev data_schedule_utils.py:933-936)."""
-    return max(min_size, 1, 2 ** int(math.ceil(math.log2(length / most))))
+    return max(min_size, 1 << max(math.ceil(math.log2(length / most)), 0))
 
 
 def largest_group(options: TrainingOptions, layout: ParallelLayout) -> int:
