@@ -284,6 +284,18 @@ class TrainingOptions:
         modules = sorted(self.activation_offload_modules)
         return {"activation_offload": {"modules": modules, "fraction": self.activation_offload_fraction}}
 
+    def dynamic_cp_summary(self) -> dict[str, object]:
+        """``{"dynamic_cp": {max_seqlen_per_dp_cp_rank, min_dynamic_context_parallel_size}}`` as the
+        JSON outputs spell it, or {} when off: outputs without dynamic CP keep their keys."""
+        if not self.dynamic_context_parallel:
+            return {}
+        return {
+            "dynamic_cp": {
+                "max_seqlen_per_dp_cp_rank": self.max_seqlen_per_dp_cp_rank,
+                "min_dynamic_context_parallel_size": self.min_dynamic_context_parallel_size,
+            }
+        }
+
     def recomputes(self, module: str) -> bool:
         return self.recompute_granularity == "selective" and module in self.recompute_modules
 

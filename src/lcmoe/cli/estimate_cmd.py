@@ -314,6 +314,8 @@ def _with_knobs(
 
     options = run.options
     changes: dict[str, Any] = dict(dynamic_cp or {})
+    if changes and changes.get("max_seqlen_per_dp_cp_rank") is None:  # the emitted default, seq_len / CP
+        changes["max_seqlen_per_dp_cp_rank"] = max(options.seq_len // run.layout.cp, 1)
     if ep_overlap != options.overlap_moe_expert_parallel_comm:
         changes["overlap_moe_expert_parallel_comm"] = ep_overlap
     if delay_wgrad != options.delay_wgrad_compute:

@@ -4,6 +4,7 @@ megatron/training/arguments.py)."""
 from __future__ import annotations
 
 from lcmoe.config_io.activation_offload import megatron_offload_args
+from lcmoe.config_io.dynamic_cp import megatron_dynamic_cp_args
 from lcmoe.layout import ParallelLayout
 from lcmoe.run import RunConfig
 from lcmoe.workload import TrainingOptions
@@ -58,6 +59,7 @@ def megatron_lm_args(run: RunConfig) -> list[str]:
             "--overlap-cpu-optimizer-d2h-h2d",
         ]
     args += megatron_offload_args(opt)
+    args += megatron_dynamic_cp_args(run)
     return args
 
 

@@ -30,6 +30,7 @@ def estimate_run(run: RunConfig, coefficients: TimeCoefficients | None = None) -
             "optimizer_offload_fraction": run.options.optimizer_offload_fraction,
             "peft": run.options.peft_summary(),
             **run.options.activation_offload_summary(),
+            **run.options.dynamic_cp_summary(),
         },
         "layout": run.layout.as_dict(),
         "memory": memory.as_dict(),

@@ -130,6 +130,7 @@ class Plan:
             "main_grads_dtype": opt.main_grads_dtype,
             "peft": opt.peft_summary(),
             **opt.activation_offload_summary(),
+            **opt.dynamic_cp_summary(),
             "memory": self.memory.as_dict(),
             "time": self.time_dict(),
             "reasons": [{"rule": a.rule, "text": a.text} for a in self.reasons],

@@ -30,6 +30,15 @@ from lcmoe.rules.records import LegalityRule
 from lcmoe.run import RunConfig
 
 DYNAMIC_CP_RELEASE = "0.21.0"
+# The first release with the feature (as hybrid_context_parallel): NVIDIA/Megatron-LM#2282,
+# 2026-01-17; core_r0.15.0 has no such field, core_r0.16.0 does (model_parallel_config.py).
+HYBRID_CP_RELEASE = "0.16.0"
+
+
+def _release(r: RunConfig) -> str | None:
+    if r.options.dynamic_context_parallel:
+        return f"dynamic (hybrid) context parallelism needs Megatron-Core ≥ {HYBRID_CP_RELEASE}"
+    return None
 
 
 def _packed(r: RunConfig) -> str | None:
@@ -111,6 +120,14 @@ def _min_size(r: RunConfig) -> str | None:
     return None
 
 
+DCP_RELEASE = LegalityRule(
+    "L-DCP-RELEASE",
+    "Megatron-LM core_r0.16.0 model_parallel_config.py (hybrid_context_parallel, NVIDIA/Megatron-LM#2282); "
+    "absent from core_r0.15.0",
+    f"target Megatron-Core ≥ {HYBRID_CP_RELEASE}, or turn dynamic CP off",
+    _release,
+    min_megatron_core=HYBRID_CP_RELEASE,
+)
 DCP_PACKED = LegalityRule(
     "L-DCP-PACKED",
     "mcore model_parallel_config.py:120-125 ('when we use packed samples with variable sequence lengths'); "
@@ -183,6 +200,7 @@ DCP_MIN_SIZE = LegalityRule(
     _min_size,
 )
 DYNAMIC_CP_RULES = (
+    DCP_RELEASE,
     DCP_PACKED,
     DCP_PIPELINE,
     DCP_MLA,
@@ -194,4 +212,3 @@ DYNAMIC_CP_RULES = (
     DCP_MIN_SIZE_VERSION,
     DCP_MIN_SIZE,
 )
-
