@@ -112,7 +112,10 @@ def _cpu_stand_ins(cfg: Any) -> list[str]:
     if getattr(cfg.model, "dsa_kernel_backend", "none") != "none":
         cfg.model.dsa_kernel_backend = "none"
         changed.append("model.dsa_kernel_backend=none (cudnn/tilelang kernels need a CUDA device)")
-    if getattr(cfg.optimizer, "use_precision_aware_optimizer", False):
+    # Beside Muon the precision-aware optimizer is refused before TE is imported
+    # (optimizer_config.py:430-433): keep it, so that the refusal is Megatron-Core's own.
+    muon = "muon" in str(getattr(cfg.optimizer, "optimizer", "adam"))
+    if getattr(cfg.optimizer, "use_precision_aware_optimizer", False) and not muon:
         cfg.optimizer.use_precision_aware_optimizer = False
         for field in ("main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
             setattr(cfg.optimizer, field, torch.float32)
@@ -149,6 +152,22 @@ def _model_summary(model: Any) -> dict[str, Any]:
     )
     out = {name: getattr(model, name, None) for name in fields}
     return {k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v)) for k, v in out.items()}
+
+
+def _optimizer_summary(cfg: Any) -> dict[str, Any]:
+    """The optimizer Bridge will build (optim.py:95-110) and the DDP settings it runs under."""
+    opt, ddp = cfg.optimizer, cfg.ddp
+    return {
+        "optimizer": str(opt.optimizer),
+        "optimizer.use_distributed_optimizer": bool(opt.use_distributed_optimizer),
+        "ddp.use_distributed_optimizer": bool(ddp.use_distributed_optimizer),
+        "ddp.overlap_param_gather": bool(ddp.overlap_param_gather),
+        "optimizer.overlap_param_gather": bool(opt.overlap_param_gather),
+        "muon_num_ns_steps": getattr(opt, "muon_num_ns_steps", None),
+        "muon_tp_mode": getattr(opt, "muon_tp_mode", None),
+        "ddp.use_megatron_fsdp": bool(getattr(ddp, "use_megatron_fsdp", False)),
+        "ddp.data_parallel_sharding_strategy": str(getattr(ddp, "data_parallel_sharding_strategy", "")),
+    }
 
 
 def _peft_summary(peft: Any) -> dict[str, Any] | None:
@@ -274,6 +293,7 @@ def check_case(case: dict[str, Any]) -> dict[str, Any]:
             micro_batch_size=cfg.train.micro_batch_size,
             model=_model_summary(cfg.model),
             peft=_peft_summary(cfg.peft),
+            optimizer=_optimizer_summary(cfg),
             changed_overrides=_changed_overrides(cfg, case.get("overrides") or [], result["cpu_stand_ins"]),
             cuda_graph=[
                 str(cfg.model.cuda_graph_impl),

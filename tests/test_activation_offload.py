@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -259,7 +258,7 @@ def test_bridge_and_megatron_core_run_the_emitted_offload(tmp_path: Path) -> Non
     the emitted environment it starts; without NVTE_CPU_OFFLOAD_V1 Bridge refuses (config.py:
     2053-2059), and attn_proj without core_attn Megatron-Core refuses (transformer_config.py:
     1868-1873) as L-AOFF-ATTN-PROJ does."""
-    from tests.test_bridge_runtime import HERE, HF_DIRS, _case
+    from tests.test_bridge_runtime import _case, bridge_results
 
     good = _qwen(frozenset({"core_attn", "attn_proj", "expert_fc1"}), activation_offload_fraction=0.5)
     env = {name: value for name, (value, _) in environment(good).items()}
@@ -271,18 +270,7 @@ def test_bridge_and_megatron_core_run_the_emitted_offload(tmp_path: Path) -> Non
         {**_case("offload/no-env", good, tmp_path), "te_gate": True},
         {**_case("offload/attn-proj-alone", lone, tmp_path), "env": env, "te_gate": True},
     ]
-    request = {"hf_dirs": {k: str(v) for k, v in HF_DIRS.items()}, "cases": cases, "mixed_precision_names": []}
-    done = subprocess.run(
-        [BRIDGE_PYTHON, str(HERE / "bridge_runtime.py")],
-        input=json.dumps(request),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    results = {r["name"]: r for r in json.loads(done.stdout)["results"]}
+    results = bridge_results(cases)
     for name in ("offload", "offload/yaml"):
         assert results[name]["ok"], (name, results[name].get("error"))
     assert not results["offload/no-env"]["ok"] and "NVTE_CPU_OFFLOAD_V1" in results["offload/no-env"]["error"]

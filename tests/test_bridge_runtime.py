@@ -63,6 +63,34 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+def bridge_answer(
+    cases: list[dict[str, Any]], mixed_precision_names: list[str] | None = None, timeout: int = 600
+) -> dict[str, Any]:
+    """One run of bridge_runtime.py under the real Bridge interpreter over ``cases``: its JSON answer."""
+    request = {
+        "hf_dirs": {k: str(v) for k, v in HF_DIRS.items()},
+        "cases": cases,
+        "mixed_precision_names": mixed_precision_names or [],
+    }
+    done = subprocess.run(
+        [BRIDGE_PYTHON, str(HERE / "bridge_runtime.py")],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    answer: dict[str, Any] = json.loads(done.stdout)
+    return answer
+
+
+def bridge_results(cases: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each case's verdict from :func:`bridge_answer`, by case name."""
+    return {r["name"]: r for r in bridge_answer(cases)["results"]}
+
+
 # What a LoRA launcher adds at run time (launchers.CHECKPOINT_VARIABLE): the base checkpoint.
 # (Bridge checks that the path exists: the test points it at an empty folder.)
 BASE_CHECKPOINT = "checkpoint.pretrained_checkpoint={}"
@@ -227,22 +255,7 @@ def bridge(tmp_path_factory: pytest.TempPathFactory) -> Verdicts:
     bad = [*_known_bad(), *_hierarchical_cp_bad(), ("old-vpp-null", old_run, old_lines)]
     cases += [{**_case(name, run, tmp), "overrides": lines} for name, run, lines in bad]
     cases.append(_case("old-vpp-null/fixed", old_run, tmp))
-    request = {
-        "hf_dirs": {k: str(v) for k, v in HF_DIRS.items()},
-        "cases": cases,
-        "mixed_precision_names": sorted(set(MIXED_PRECISION.values())),
-    }
-    done = subprocess.run(
-        [BRIDGE_PYTHON, str(HERE / "bridge_runtime.py")],
-        input=json.dumps(request),
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    answer = json.loads(done.stdout)
+    answer = bridge_answer(cases, sorted(set(MIXED_PRECISION.values())), timeout=900)
     saved = {case["name"]: Path(case["dump_yaml"]) for case in cases if "dump_yaml" in case}
     return Verdicts(runs, {r["name"]: r for r in answer["results"]}, answer["registered_precisions"], saved)
 

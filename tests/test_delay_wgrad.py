@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -121,7 +120,7 @@ def test_bridge_and_megatron_core_run_the_emitted_delayed_wgrad(tmp_path: Path) 
     a TE 2.x container's; then TransformerConfig.__post_init__, transformer_config.py:2748-2752).
     With EP overlap it starts and the model runs with both flags on; without, Bridge refuses as
     L-WGRAD-EP-OVERLAP does."""
-    from tests.test_bridge_runtime import HERE, HF_DIRS, _case
+    from tests.test_bridge_runtime import _case, bridge_results
 
     good, alone = _qwen(), _qwen(overlap=False)
     assert violations(good) == [] and "L-WGRAD-EP-OVERLAP" in _broken(alone)
@@ -130,18 +129,7 @@ def test_bridge_and_megatron_core_run_the_emitted_delayed_wgrad(tmp_path: Path) 
         {**_case("wgrad/yaml", good, tmp_path, as_yaml=True), "te_gate": True},
         {**_case("wgrad/no-ep-overlap", alone, tmp_path), "te_gate": True},
     ]
-    request = {"hf_dirs": {k: str(v) for k, v in HF_DIRS.items()}, "cases": cases, "mixed_precision_names": []}
-    done = subprocess.run(
-        [BRIDGE_PYTHON, str(HERE / "bridge_runtime.py")],
-        input=json.dumps(request),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    results = {r["name"]: r for r in json.loads(done.stdout)["results"]}
+    results = bridge_results(cases)
     for name in ("wgrad", "wgrad/yaml"):
         assert results[name]["ok"], (name, results[name].get("error"))
         assert results[name]["model"]["delay_wgrad_compute"] is True

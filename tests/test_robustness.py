@@ -29,6 +29,20 @@ NO_NETWORK = (
     "from lcmoe.cli import main\n"
     "main(sys.argv[1:])\n"
 )
+# The search announces itself on stderr and then waits, so the SIGINT lands inside it whatever
+# the machine's load (a fixed sleep raced a search that can take 1 s or 20 s).
+SLOW_SEARCH_CLI = (
+    "import sys, time\n"
+    "import lcmoe.plan.search as plan_search\n"
+    "real_search = plan_search.search\n"
+    "def waiting_search(*args, **kwargs):\n"
+    "    sys.stderr.write('search started\\n'); sys.stderr.flush()\n"
+    "    time.sleep(120)\n"
+    "    return real_search(*args, **kwargs)\n"
+    "plan_search.search = waiting_search\n"
+    "from lcmoe.cli import main\n"
+    "main(sys.argv[1:])\n"
+)
 
 
 @pytest.mark.parametrize("surface", sorted(SURFACES))
@@ -60,7 +74,7 @@ def test_sigint_during_search_leaves_no_files(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            CLI,
+            SLOW_SEARCH_CLI,
             "plan",
             "-m",
             "deepseek-v3",
@@ -80,8 +94,13 @@ def test_sigint_during_search_leaves_no_files(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
+        # A user's shell starts lcmoe with SIGINT at its default; an xdist worker may ignore it,
+        # and a child that inherits SIG_IGN never sees the Ctrl-C this test sends.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    time.sleep(3.0)  # the search of this request takes ~10 s
+    assert proc.stderr is not None
+    started = proc.stderr.readline()
+    assert started == "search started\n", started
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, (out[-500:], err[-500:])

@@ -71,11 +71,15 @@ MAX_TOKEN_IMBALANCE = 1000.0
 # (ModelSpec.num_layers) and ≤ 2^20 GPUs (layout.MAX_GPUS).
 _INT_RANGES = {
     "num_distributed_optimizer_instances": (1, 2**20),
+    "muon_num_ns_steps": (1, 100),
     "recompute_num_layers": (0, 100_000),  # < 1 is refused below with its own message
     "lora_rank": (0, 1_000_000),
     "min_dynamic_context_parallel_size": (1, 2**20),
 }
 # Fractions in [0, 1]: dropout probabilities and the optimizer share kept on the host.
+# Quintic Newton-Schulz coefficient sets (emerging_optimizers muon_utils.py ``_COEFFICIENT_SETS``
+# "quintic", the default muon_coefficient_type): the step count must be a multiple of it.
+MUON_QUINTIC_SETS = 5
 _FRACTIONS = ("optimizer_offload_fraction", "activation_offload_fraction", "hidden_dropout", "attention_dropout")
 
 
@@ -157,9 +161,22 @@ class TrainingOptions:
     fp8_param_gather: bool | None = None
     # Optimizer and state placement.
     optimizer: Literal["adam", "muon", "sgd"] = "adam"
+    # Muon (mcore optimizer/emerging_optimizers.py TensorParallelMuon; estimate.muon): the
+    # Newton-Schulz iterations per update (OptimizerConfig.muon_num_ns_steps; the quintic
+    # coefficients come in sets of 5, so a multiple of 5) and how a TP-sharded matrix is
+    # orthogonalised (muon_tp_mode: blockwise = each shard alone, duplicated = gathered on every
+    # TP rank, distributed = TP-aware NS with an all-reduce per iteration). With Muon,
+    # ``distributed_optimizer`` means Megatron-Core's layer-wise distributed optimizer (Bridge
+    # ``dist_muon``), which shards whole matrices over DP.
+    muon_num_ns_steps: int = 5
+    muon_tp_mode: Literal["blockwise", "duplicated", "distributed"] = "blockwise"
     distributed_optimizer: bool = True
     num_distributed_optimizer_instances: int = 1
     megatron_fsdp: bool = False
+    # What Megatron-FSDP shards over DP·CP (experts over expert-DP): DDPConfig
+    # .data_parallel_sharding_strategy (optim = ZeRO-1, optim_grads = ZeRO-2, optim_grads_params =
+    # ZeRO-3, no_shard = none; estimate.fsdp). Only read with ``megatron_fsdp``.
+    megatron_fsdp_sharding: Literal["optim_grads_params", "optim_grads", "optim", "no_shard"] = "optim_grads_params"
     # The DDP gradient buffer: BF16 under Bridge's ``grad_reduce_in_fp32=False`` / Megatron-LM's
     # ``--grad-reduce-in-bf16``, or a precision-aware optimizer's BF16 main grads.
     main_grads_dtype: Literal["fp32", "bf16"] = "fp32"
@@ -207,6 +224,14 @@ class TrainingOptions:
     dynamic_context_parallel: bool = False
     max_seqlen_per_dp_cp_rank: int | None = None
     min_dynamic_context_parallel_size: int = 1
+    # Sync-free experts and the MoE paged stash (mcore transformer_config.py:977-982, 1268-1284):
+    # HybridEP receives at most T·k·c tokens per rank (c = ``moe_expert_rank_capacity_factor``,
+    # None: dropless with a host sync), and ``moe_paged_stash`` keeps what the fused grouped MLP
+    # saves for backward in pages sized from the expected tokens (rules.paged_stash).
+    moe_expert_rank_capacity_factor: float | None = None
+    moe_paged_stash: bool = False
+    moe_paged_stash_buffer_size_factor_cuda: float = 1.10
+    moe_paged_stash_buffer_size_factor_cpu: float = 0.0
     # Graphs and allocator.
     cuda_graph_scope: frozenset[str] = field(default_factory=frozenset)
     expandable_segments: bool = True
@@ -222,6 +247,7 @@ class TrainingOptions:
         _check_field_types(self)
         _check_single_fields(self)
         _check_combinations(self)
+        _check_paged_stash(self)
 
     @property
     def is_packed(self) -> bool:
@@ -295,6 +321,27 @@ class TrainingOptions:
                 "min_dynamic_context_parallel_size": self.min_dynamic_context_parallel_size,
             }
         }
+
+    def paged_stash_summary(self) -> dict[str, object]:
+        """``{"paged_stash": {rank_capacity_factor, stash, cuda_factor, cpu_factor}}`` as the JSON
+        outputs spell it, or {} without a rank capacity factor (outputs keep their keys)."""
+        if self.moe_expert_rank_capacity_factor is None:
+            return {}
+        return {
+            "paged_stash": {
+                "rank_capacity_factor": self.moe_expert_rank_capacity_factor,
+                "stash": self.moe_paged_stash,
+                "cuda_factor": self.moe_paged_stash_buffer_size_factor_cuda,
+                "cpu_factor": self.moe_paged_stash_buffer_size_factor_cpu,
+            }
+        }
+
+    def muon_summary(self) -> dict[str, object]:
+        """``optimizer`` and the Muon fields as the JSON outputs spell them, or {} under Adam:
+        outputs without Muon keep their keys."""
+        if self.optimizer != "muon":
+            return {}
+        return {"optimizer": "muon", "muon_num_ns_steps": self.muon_num_ns_steps, "muon_tp_mode": self.muon_tp_mode}
 
     def recomputes(self, module: str) -> bool:
         return self.recompute_granularity == "selective" and module in self.recompute_modules
@@ -397,6 +444,14 @@ def _check_combinations(o: TrainingOptions) -> None:
             "(optimizer_config.py)",
             "set use_precision_aware_optimizer or keep FP32 moments and master parameters",
         )
+    if o.muon_num_ns_steps % MUON_QUINTIC_SETS:
+        raise LcmoeError(
+            "muon_num_ns_steps",
+            o.muon_num_ns_steps,
+            f"must be a multiple of {MUON_QUINTIC_SETS}: the quintic Newton-Schulz coefficients come in sets of "
+            f"{MUON_QUINTIC_SETS} (emerging_optimizers muon_utils.py newton_schulz)",
+            "use 5 (Bridge's and Megatron-LM's default) or 10",
+        )
     if o.recompute_num_layers < 1:
         raise LcmoeError("recompute_num_layers", o.recompute_num_layers, "must be ≥ 1", "e.g. 1")
     if o.peft not in ("none", "lora"):
@@ -411,6 +466,38 @@ def _check_combinations(o: TrainingOptions) -> None:
             "must name one or more LoRA targets lcmoe models",
             f"use {', '.join(sorted(LORA_TARGETS))}",
         )
+
+
+# Paged-stash buffer factors: |factor| is the headroom over the expected (positive) or the
+# capture step's actual (negative) tokens (transformer_config.py:1274-1284); 100 is far above
+# any capacity (every token of a rank on one expert is at most E/k ≤ MAX_TOKEN_IMBALANCE).
+MAX_STASH_FACTOR = 100.0
+
+
+def _check_paged_stash(o: TrainingOptions) -> None:
+    """The sync-free / paged-stash numbers: a rank capacity factor above 0 (or unset), finite
+    buffer factors of at most MAX_STASH_FACTOR in magnitude, a CPU factor of 0 without host pages."""
+    cap = o.moe_expert_rank_capacity_factor
+    if cap is not None and (
+        isinstance(cap, bool) or not isinstance(cap, int | float) or not 0.0 < cap <= MAX_TOKEN_IMBALANCE
+    ):
+        raise LcmoeError(
+            "moe_expert_rank_capacity_factor",
+            cap,
+            f"must be unset or a number above 0 and at most {MAX_TOKEN_IMBALANCE:g} "
+            "(the per-rank token budget over the balanced count)",
+            "Bridge's full-iteration recipes use 1.5",
+        )
+    for name in ("moe_paged_stash_buffer_size_factor_cuda", "moe_paged_stash_buffer_size_factor_cpu"):
+        value = getattr(o, name)
+        if abs(value) > MAX_STASH_FACTOR:
+            raise LcmoeError(
+                name,
+                value,
+                f"must be between -{MAX_STASH_FACTOR:g} and {MAX_STASH_FACTOR:g} (positive: over the expected tokens, "
+                "negative: over the capture step's actual tokens)",
+                "Bridge's recipes use 1.2 (GPU) and 1.0 (host)",
+            )
 
 
 def unchecked_replace(options: TrainingOptions, **changes: object) -> TrainingOptions:

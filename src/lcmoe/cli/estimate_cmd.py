@@ -74,6 +74,10 @@ def estimate(
     ),
     offload_modules: str | None = ro.OFFLOAD_MODULES,
     activation_offload_fraction: float = ro.OFFLOAD_FRACTION,
+    moe_rank_capacity_factor: float | None = ro.RANK_CAPACITY,
+    paged_stash: bool = ro.PAGED_STASH,
+    paged_stash_cuda_factor: float = ro.STASH_CUDA_FACTOR,
+    paged_stash_cpu_factor: float = ro.STASH_CPU_FACTOR,
     dispatcher: str = ro.DISPATCHER,
     cuda_graph: str = ro.CUDA_GRAPH,
     ep_overlap: bool = typer.Option(
@@ -86,6 +90,9 @@ def estimate(
         "--delay-wgrad-compute",
         help="delay the weight-gradient GEMMs in the EP-overlap schedule (delay_wgrad_compute; needs --ep-overlap)",
     ),
+    optimizer: str = ro.OPTIMIZER,
+    muon_ns_steps: int = ro.MUON_NS_STEPS,
+    muon_tp_mode: str = ro.MUON_TP_MODE,
     cp_comm_type: str | None = ro.CP_COMM_TYPE,
     hierarchical_cp_sizes: str | None = ro.HIERARCHICAL_CP_SIZES,
     dynamic_cp: bool = ro.DYNAMIC_CP,
@@ -216,12 +223,19 @@ def _run_from_flags(params: dict[str, Any], given: list[str]) -> Any:
         hierarchical_cp_sizes=params["hierarchical_cp_sizes"],
         offload_modules=params["offload_modules"],
         activation_offload_fraction=params["activation_offload_fraction"],
+        paged_stash=ro.paged_stash_options(
+            params["moe_rank_capacity_factor"],
+            params["paged_stash"],
+            params["paged_stash_cuda_factor"],
+            params["paged_stash_cpu_factor"],
+        ),
     )
     return _with_knobs(
         run,
         ep_overlap=params["ep_overlap"],
         delay_wgrad=params["delay_wgrad_compute"],
         main_grads_dtype=main_grads_dtype,
+        optimizer=ro.muon_fields(params["optimizer"], params["muon_ns_steps"], params["muon_tp_mode"]),
         dynamic_cp=ro.dynamic_cp_fields(
             params["dynamic_cp"], params["max_seqlen_per_dp_cp_rank"], params["min_dynamic_cp_size"]
         ),
@@ -306,15 +320,18 @@ def _with_knobs(
     ep_overlap: bool,
     delay_wgrad: bool,
     main_grads_dtype: str | None,
+    optimizer: dict[str, Any],
     dynamic_cp: dict[str, Any] | None = None,
 ) -> Any:
     """The knobs run_options.build_run does not take: EP overlap, delayed wgrad, the gradient
-    buffer's dtype and dynamic CP (``run_options.dynamic_cp_fields``)."""
+    buffer's dtype, the optimizer (``run_options.muon_fields``) and dynamic CP
+    (``run_options.dynamic_cp_fields``)."""
     from dataclasses import replace
 
     options = run.options
-    changes: dict[str, Any] = dict(dynamic_cp or {})
-    if changes and changes.get("max_seqlen_per_dp_cp_rank") is None:  # the emitted default, seq_len / CP
+    changes: dict[str, Any] = {k: v for k, v in optimizer.items() if getattr(options, k) != v}
+    changes |= dynamic_cp or {}
+    if dynamic_cp and dynamic_cp.get("max_seqlen_per_dp_cp_rank") is None:  # the emitted default, seq_len / CP
         changes["max_seqlen_per_dp_cp_rank"] = max(options.seq_len // run.layout.cp, 1)
     if ep_overlap != options.overlap_moe_expert_parallel_comm:
         changes["overlap_moe_expert_parallel_comm"] = ep_overlap
@@ -329,6 +346,8 @@ def _settings(run: Any) -> dict[str, Any]:
     """The run's settings beyond layout/precision/recompute: the optimizer, gradients and overlap."""
     opt = run.options
     return {
+        "optimizer": opt.optimizer,
+        **opt.muon_summary(),
         "precision_aware_optimizer": opt.precision_aware_optimizer,
         "main_grads_dtype": opt.main_grads_dtype,
         "exp_avg_dtype": opt.exp_avg_dtype,
@@ -383,6 +402,8 @@ def render_estimate(result: dict[str, Any], *, quiet: bool = False) -> None:
     if memory["host_bytes_per_gpu"]:
         parts = ["optimizer"] if result["inputs"].get("optimizer_offload_fraction") else []
         parts += ["activations"] if result["inputs"].get("activation_offload") else []
+        stash = result["inputs"].get("paged_stash") or {}
+        parts += ["paged-stash pages"] if stash.get("stash") and stash.get("cpu_factor") else []
         what = " and ".join(parts) or "optimizer"
         stdout.print(f"host memory per GPU (offloaded {what}): {_gib(memory['host_bytes_per_gpu'])} GiB")
     time = result.get("time")

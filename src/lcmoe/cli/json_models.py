@@ -94,6 +94,16 @@ class ActivationOffload(_Open):
     fraction: float
 
 
+class PagedStash(_Open):
+    """Sync-free experts and the MoE paged stash (Megatron-Core moe_expert_rank_capacity_factor,
+    moe_paged_stash and its buffer factors)."""
+
+    rank_capacity_factor: float
+    stash: bool
+    cuda_factor: float
+    cpu_factor: float
+
+
 class DocLengths(_Open):
     """The packed documents' histogram (``--doc-lengths``) and its expectations at seq_len."""
 
@@ -174,6 +184,12 @@ class Plan(_Open):
         default=None, description="only with fine-grained activation offloading"
     )
     dynamic_cp: DynamicCpSettings | None = Field(default=None, description="only with dynamic context parallelism")
+    paged_stash: PagedStash | None = Field(default=None, description="only with a rank capacity factor")
+    optimizer: Literal["muon"] | None = Field(default=None, description="only with --optimizer muon")
+    muon_num_ns_steps: int | None = Field(default=None, description="only with --optimizer muon")
+    muon_tp_mode: Literal["blockwise", "duplicated", "distributed"] | None = Field(
+        default=None, description="only with --optimizer muon"
+    )
 
 
 class PlanInputs(_Open):
@@ -230,10 +246,16 @@ class EstimateInputs(_Open):
     main_grads_dtype: Literal["fp32", "bf16"]
     overlap_moe_expert_parallel_comm: bool
     delay_wgrad_compute: bool = False
+    optimizer: Literal["adam", "muon", "sgd"] = "adam"
+    muon_num_ns_steps: int | None = Field(default=None, description="only with --optimizer muon")
+    muon_tp_mode: Literal["blockwise", "duplicated", "distributed"] | None = Field(
+        default=None, description="only with --optimizer muon"
+    )
     doc_lengths: DocLengths | None = Field(default=None, description="only with --doc-lengths")
     activation_offload: ActivationOffload | None = Field(default=None, description="only with --offload-modules")
     dynamic_context_parallel: bool = False
     dynamic_cp: DynamicCpSettings | None = Field(default=None, description="only with --dynamic-cp")
+    paged_stash: PagedStash | None = Field(default=None, description="only with --moe-rank-capacity-factor")
 
 
 class EstimateDocument(_Open):

@@ -67,6 +67,9 @@ class PlanOptions:
     lora_input_regather: bool = False
     rank: str = "conservative"  # RANK_CHOICES
     doc_lengths: str | None = None  # --doc-lengths as typed; None: fixed length
+    optimizer: str = "adam"  # adam | muon (a choice, not searched)
+    muon_ns_steps: int = 5
+    muon_tp_mode: str = "blockwise"
 
     @classmethod
     def from_params(cls, params: dict[str, Any], **fixed: Any) -> PlanOptions:
@@ -145,6 +148,9 @@ def plan_request(options: PlanOptions, *, seq_len: int | None = None, evidence: 
         time_evidence=evidence if evidence is not None else time_evidence(),
         rank="expected" if options.rank == "expected" else "conservative",
         doc_lengths=docs,
+        optimizer=tuple(ro.muon_fields(options.optimizer, options.muon_ns_steps, options.muon_tp_mode).items())
+        if options.optimizer != "adam"
+        else (),
         **peft,
     )
 

@@ -218,6 +218,29 @@ def dynamic_cp_fields(on: bool, max_seqlen: int | None, min_size: int) -> dict[s
     }
 
 
+RANK_CAPACITY = typer.Option(
+    None,
+    "--moe-rank-capacity-factor",
+    min=0.0,
+    help="sync-free experts: HybridEP's static per-rank token budget over the balanced count "
+    "(Megatron-Core moe_expert_rank_capacity_factor; Bridge's recipes use 1.5; Blackwell, ETP 1)",
+)
+PAGED_STASH = typer.Option(
+    False,
+    "--paged-stash/--no-paged-stash",
+    help="keep the experts' saved activations in preallocated pages (Megatron-Core moe_paged_stash; "
+    "needs --moe-rank-capacity-factor)",
+)
+STASH_CUDA_FACTOR = typer.Option(
+    1.10,
+    "--paged-stash-cuda-factor",
+    help="GPU pages over the expected tokens (moe_paged_stash_buffer_size_factor_cuda; negative: over the actual)",
+)
+STASH_CPU_FACTOR = typer.Option(
+    0.0,
+    "--paged-stash-cpu-factor",
+    help="pinned host pages over the expected tokens (moe_paged_stash_buffer_size_factor_cpu; 0: none)",
+)
 PRECISION_LIST = typer.Option(
     None,
     "--precision",
@@ -369,6 +392,50 @@ class RunKnobs:
     hierarchical_cp_sizes: str | None = None  # --hierarchical-cp-sizes as typed (None: the default split)
     offload_modules: str | None = None  # --offload-modules as typed (None: no activation offloading)
     activation_offload_fraction: float = 1.0
+    paged_stash: dict[str, Any] | None = None  # TrainingOptions' rank-capacity / paged-stash fields
+
+
+def paged_stash_options(capacity: float | None, stash: bool, cuda: float, cpu: float) -> dict[str, Any]:
+    """TrainingOptions' sync-free / paged-stash fields of the CLI flags; TrainingOptions and
+    ``rules.paged_stash`` judge them."""
+    return {
+        "moe_expert_rank_capacity_factor": capacity,
+        "moe_paged_stash": stash,
+        "moe_paged_stash_buffer_size_factor_cuda": cuda,
+        "moe_paged_stash_buffer_size_factor_cpu": cpu,
+    }
+
+
+OPTIMIZERS = ("adam", "muon")
+MUON_TP_MODES = ("blockwise", "duplicated", "distributed")
+OPTIMIZER = typer.Option(
+    "adam",
+    "--optimizer",
+    help=f"{choices_text(OPTIMIZERS)}: muon orthogonalises the 2-D weights (Newton-Schulz) and keeps the "
+    "embedding, output layer and norms on Adam; layer-wise distributed over DP (Bridge dist_muon)",
+    autocompletion=complete_one(OPTIMIZERS),
+)
+MUON_NS_STEPS = typer.Option(
+    5, "--muon-ns-steps", min=1, max=100, help="with --optimizer muon: Newton-Schulz steps (a multiple of 5)"
+)
+MUON_TP_MODE = typer.Option(
+    "blockwise",
+    "--muon-tp-mode",
+    help=f"with --optimizer muon: {choices_text(MUON_TP_MODES)} (how a TP-sharded matrix is orthogonalised)",
+    autocompletion=complete_one(MUON_TP_MODES),
+)
+
+
+def muon_fields(optimizer: str, ns_steps: int, tp_mode: str) -> dict[str, Any]:
+    """TrainingOptions' optimizer fields from ``--optimizer``, ``--muon-ns-steps`` and
+    ``--muon-tp-mode`` (the Muon ones only with muon: they mean nothing to Adam)."""
+    if optimizer not in OPTIMIZERS:
+        raise LcmoeError("--optimizer", optimizer, f"must be one of {', '.join(OPTIMIZERS)}", "e.g. --optimizer muon")
+    if optimizer != "muon":
+        return {"optimizer": optimizer}
+    if tp_mode not in MUON_TP_MODES:
+        raise LcmoeError("--muon-tp-mode", tp_mode, f"must be one of {', '.join(MUON_TP_MODES)}", "e.g. blockwise")
+    return {"optimizer": "muon", "muon_num_ns_steps": ns_steps, "muon_tp_mode": tp_mode}
 
 
 def build_run(**knobs: Any) -> RunConfig:
@@ -436,6 +503,7 @@ def run_from_knobs(knobs: RunKnobs) -> RunConfig:
         activation_offload_modules=offload_modules_of(knobs.offload_modules),
         activation_offload_fraction=knobs.activation_offload_fraction,
         **(knobs.peft or {}),
+        **(knobs.paged_stash or {}),
     )
     return RunConfig(spec, hardware, layout, options)
 

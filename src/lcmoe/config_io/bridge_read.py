@@ -9,6 +9,7 @@ from lcmoe.config_io.activation_offload import bridge_offload_options
 from lcmoe.config_io.bridge_precision import MIXED_PRECISION, PRECISION_OF_MIXED, precision_of_fields
 from lcmoe.config_io.bridge_syntax import parse_fields
 from lcmoe.config_io.dynamic_cp import bridge_dynamic_cp_options
+from lcmoe.config_io.paged_stash import bridge_stash_options
 from lcmoe.errors import LcmoeError
 from lcmoe.layout import ParallelLayout, read_hierarchical_sizes
 from lcmoe.run import RunConfig, derive_dp
@@ -58,7 +59,7 @@ def run_from_overrides(
             _flag(values, "comm_overlap.delay_wgrad_compute", False)
             or _flag(values, "model.delay_wgrad_compute", False)
         ),
-        distributed_optimizer=_flag(values, "ddp.use_distributed_optimizer", True),
+        **_optimizer_fields(values),
         fp8_param_gather=_quantized_params(precision, fields),
         main_grads_dtype=_gradient_buffer_dtype(values, fields, aware=aware),
         precision_aware=aware,
@@ -75,6 +76,7 @@ def run_from_overrides(
         **_peft_fields(values),
         **bridge_offload_options(values, _list(_get(values, "model.offload_modules"))),
         **bridge_dynamic_cp_options(values),
+        **bridge_stash_options(values),
     )
     return RunConfig(model, hardware, layout, options)
 
@@ -251,6 +253,24 @@ def _quantized_params(precision: str, fields: dict[str, Any] | None) -> bool | N
     if fields is None or key not in fields or precision in ("bf16", "fp16"):
         return None
     return fields[key] not in (False, "false", "False", None)
+
+
+def _optimizer_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """optimizer, distributed_optimizer and the Muon fields: ``optimizer.optimizer`` ``muon`` or
+    ``dist_muon`` (the layer-wise distributed optimizer, Bridge optim.py:95-110; Megatron-Core
+    also reads ``optimizer.use_layer_wise_distributed_optimizer``, optimizer/__init__.py:742-754),
+    else Adam (SGD as written) with ``ddp.use_distributed_optimizer``."""
+    name = str(_get(values, "optimizer.optimizer", "adam"))
+    distributed = _flag(values, "ddp.use_distributed_optimizer", True)
+    if name not in ("muon", "dist_muon"):
+        return {"optimizer": "sgd" if name == "sgd" else "adam", "distributed_optimizer": distributed}
+    layer_wise = name == "dist_muon" or _flag(values, "optimizer.use_layer_wise_distributed_optimizer", False)
+    return {
+        "optimizer": "muon",
+        "distributed_optimizer": layer_wise,
+        "muon_num_ns_steps": _int(values, "optimizer.muon_num_ns_steps", 5),
+        "muon_tp_mode": str(_get(values, "optimizer.muon_tp_mode", "blockwise")),
+    }
 
 
 def _gradient_buffer_dtype(

@@ -8,6 +8,7 @@ from lcmoe.config_io.activation_offload import bridge_offload_overrides
 from lcmoe.config_io.bridge_precision import mixed_precision_override
 from lcmoe.config_io.bridge_recipes import ep_overlap_key
 from lcmoe.config_io.dynamic_cp import bridge_dynamic_cp_overrides
+from lcmoe.config_io.paged_stash import bridge_stash_overrides
 from lcmoe.layout import ParallelLayout
 from lcmoe.run import RunConfig
 from lcmoe.workload import TrainingOptions
@@ -118,6 +119,7 @@ def _moe(run: RunConfig) -> dict[str, Any]:
         # Set where EP overlap is set: CommOverlapConfig.setup writes both onto the model
         # (comm_overlap.py:438-439, :604-619); without one the model field is what runs.
         out[key.replace("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")] = True
+    out.update(bridge_stash_overrides(opt))
     # LatentMoE refuses shared-expert overlap in training (moe_layer.py:476-487).
     if opt.overlap_moe_expert_parallel_comm or run.model.moe_latent_size:
         out["model.moe_shared_expert_overlap"] = False
@@ -159,4 +161,40 @@ def _optimizer(opt: TrainingOptions) -> dict[str, Any]:
         out["optimizer.optimizer_offload_fraction"] = opt.optimizer_offload_fraction
         out["optimizer.overlap_cpu_optimizer_d2h_h2d"] = True
     out.update(bridge_offload_overrides(opt))
+    out.update(_muon(opt))
     return out
+
+
+def _muon(opt: TrainingOptions) -> dict[str, Any]:
+    """Muon (Bridge optim.py:95-110): ``optimizer.optimizer`` ``dist_muon`` runs Megatron-Core's
+    layer-wise distributed optimizer (``distributed_optimizer`` here), ``muon`` the replicated one;
+    either with DDP's distributed optimizer, the parameter-gather overlap and the precision-aware
+    optimizer off and FP32 optimizer dtypes, as Bridge's Kimi-K2 recipe sets them
+    (recipes/kimi/h100/kimi_k2.py:66-87; Bridge turns both ``use_distributed_optimizer`` fields on
+    when either is, config.py:1955-1981)."""
+    if opt.optimizer != "muon":
+        return {}
+    # The precision-aware optimizer is Adam only (optimizer_config.py:430-433); without it every
+    # optimizer dtype is FP32 (:467-481). Written out, since perf recipes turn it on (Qwen3's
+    # does); a run that asks for it is written as asked, for Megatron-Core to refuse as
+    # L-MUON-PRECISION-AWARE does.
+    plain = (
+        {}
+        if opt.precision_aware_optimizer
+        else {
+            "optimizer.use_precision_aware_optimizer": False,
+            **{f"optimizer.{name}": "fp32" for name in _OPTIMIZER_DTYPES},
+        }
+    )
+    return plain | {
+        "optimizer.optimizer": "dist_muon" if opt.distributed_optimizer else "muon",
+        "ddp.use_distributed_optimizer": False,
+        "optimizer.use_distributed_optimizer": False,
+        "ddp.overlap_param_gather": False,
+        "optimizer.overlap_param_gather": False,
+        "optimizer.muon_num_ns_steps": opt.muon_num_ns_steps,
+        "optimizer.muon_tp_mode": opt.muon_tp_mode,
+    }
+
+
+_OPTIMIZER_DTYPES = ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from lcmoe.config_io.activation_offload import megatron_offload_options
 from lcmoe.config_io.dynamic_cp import megatron_dynamic_cp_options
+from lcmoe.config_io.paged_stash import megatron_stash_options
 from lcmoe.errors import LcmoeError
 from lcmoe.layout import ParallelLayout, read_hierarchical_sizes
 from lcmoe.specs.doc_lengths import DocLengths
@@ -283,6 +284,22 @@ def _dispatcher(args: dict[str, Any]) -> str:
     return kind
 
 
+def _muon_fields(args: dict[str, Any]) -> dict[str, Any]:
+    """optimizer, distributed_optimizer and the Muon fields: ``--optimizer muon`` (or the
+    deprecated ``dist_muon``, which also turns the layer-wise distributed optimizer on,
+    arguments.py:1669-1682), ``--muon-num-ns-steps`` and ``--muon-tp-mode`` (:2538-2542)."""
+    name = str(args.get("optimizer", "adam"))
+    distributed = _switch(args, "use-distributed-optimizer")
+    if name not in ("muon", "dist_muon"):
+        return {"optimizer": "sgd" if name == "sgd" else "adam", "distributed_optimizer": distributed}
+    return {
+        "optimizer": "muon",
+        "distributed_optimizer": distributed or name == "dist_muon",
+        "muon_num_ns_steps": _int(args, "muon-num-ns-steps", 5) or 5,
+        "muon_tp_mode": _choice(args, "muon-tp-mode", "blockwise", ("blockwise", "duplicated", "distributed")),
+    }
+
+
 def options_from_args(args: dict[str, Any], *, doc_lengths: DocLengths | None = None) -> TrainingOptions:
     """The options a Megatron-LM command line sets; ``doc_lengths``: the documents
     ``--dataloader-inter-document-masking`` packs (unset: ``unknown_lengths``)."""
@@ -300,10 +317,7 @@ def options_from_args(args: dict[str, Any], *, doc_lengths: DocLengths | None = 
         seq_len=_int(args, "seq-length", 4096) or 4096,
         precision=_precision(args),
         fp8_param_gather=_switch(args, "fp8-param-gather") or _switch(args, "fp4-param-gather"),
-        optimizer="muon"
-        if "muon" in str(args.get("optimizer", "adam"))
-        else ("sgd" if args.get("optimizer") == "sgd" else "adam"),
-        distributed_optimizer=_switch(args, "use-distributed-optimizer"),
+        **_muon_fields(args),
         num_distributed_optimizer_instances=_int(args, "num-distributed-optimizer-instances", 1) or 1,
         megatron_fsdp=_switch(args, "use-megatron-fsdp"),
         main_grads_dtype=main_grads,
@@ -334,6 +348,7 @@ def options_from_args(args: dict[str, Any], *, doc_lengths: DocLengths | None = 
         ),
         **megatron_offload_options(args),
         **megatron_dynamic_cp_options(args),
+        **megatron_stash_options(args),
     )
 
 

@@ -123,12 +123,25 @@ def run_from_plan(doc: dict[str, Any], *, index: int = 0, hardware: HardwareSpec
             **_peft(entry.get("peft")),
             **_activation_offload(entry.get("activation_offload")),
             **_dynamic_cp(entry.get("dynamic_cp")),
+            **_paged_stash(entry.get("paged_stash")),
+            **_muon(entry),
         )
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise LcmoeError(
             "--plan", f"plans[{index}]", f"is missing or has a bad field ({exc})", "re-run lcmoe plan"
         ) from None
     return RunConfig(model, hw, layout, options)
+
+
+def _muon(entry: dict[str, Any]) -> dict[str, Any]:
+    """A Muon plan's optimizer fields (``TrainingOptions.muon_summary``); {} for an Adam plan."""
+    if entry.get("optimizer", "adam") != "muon":
+        return {}
+    return {
+        "optimizer": "muon",
+        "muon_num_ns_steps": _whole(entry, "muon_num_ns_steps", 5),
+        "muon_tp_mode": _text(entry, "muon_tp_mode"),
+    }
 
 
 def _plan_layout(lay: dict[str, Any]) -> ParallelLayout:
@@ -206,6 +219,25 @@ def _dynamic_cp(doc: dict[str, Any] | None) -> dict[str, Any]:
         "dynamic_context_parallel": True,
         "max_seqlen_per_dp_cp_rank": None if most is None else _whole(doc, "max_seqlen_per_dp_cp_rank"),
         "min_dynamic_context_parallel_size": _whole(doc, "min_dynamic_context_parallel_size", 1),
+    }
+
+
+def _paged_stash(doc: dict[str, Any] | None) -> dict[str, Any]:
+    """TrainingOptions' rank-capacity and paged-stash fields from a plan entry's ``paged_stash``
+    (``TrainingOptions.paged_stash_summary``; absent: neither)."""
+    if not doc:
+        return {}
+    if not isinstance(doc, dict):
+        raise TypeError("paged_stash must be a mapping")
+
+    def number(key: str) -> float:
+        return real_number(doc[key], field=f"plan paged_stash.{key}", fix="re-run lcmoe plan")
+
+    return {
+        "moe_expert_rank_capacity_factor": number("rank_capacity_factor"),
+        "moe_paged_stash": _flag(doc, "stash"),
+        "moe_paged_stash_buffer_size_factor_cuda": number("cuda_factor"),
+        "moe_paged_stash_buffer_size_factor_cpu": number("cpu_factor"),
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from lcmoe.config_io.paged_stash import stash_environment
 from lcmoe.run import RunConfig
 
 
@@ -27,4 +28,5 @@ def environment(run: RunConfig) -> dict[str, tuple[str, str]]:
             "1",
             "Bridge refuses fine-grained activation offloading on TE >= 2.10 without it (training/config.py:2053-2059)",
         )
+    env.update(stash_environment(opt, run.model.gated_linear_unit))
     return env

@@ -12,6 +12,7 @@ from typing import Any
 
 from lcmoe.config_io.activation_offload import mcore_offload_kwargs
 from lcmoe.config_io.dynamic_cp import mcore_dynamic_cp_kwargs
+from lcmoe.config_io.paged_stash import mcore_stash_kwargs
 from lcmoe.run import RunConfig
 from lcmoe.specs.model import ModelSpec
 from lcmoe.workload import TrainingOptions
@@ -61,6 +62,7 @@ def transformer_config_kwargs(run: RunConfig) -> tuple[str, dict[str, Any]]:
         )
     kwargs.update(mcore_offload_kwargs(opt))
     kwargs.update(mcore_dynamic_cp_kwargs(run))
+    kwargs.update(mcore_stash_kwargs(opt))
     return ("MLATransformerConfig" if model.multi_latent_attention else "TransformerConfig"), kwargs
 
 

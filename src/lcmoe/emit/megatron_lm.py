@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from lcmoe.config_io.activation_offload import megatron_offload_args
 from lcmoe.config_io.dynamic_cp import megatron_dynamic_cp_args
+from lcmoe.config_io.paged_stash import megatron_stash_args
 from lcmoe.layout import ParallelLayout
 from lcmoe.run import RunConfig
 from lcmoe.workload import TrainingOptions
@@ -60,7 +61,24 @@ def megatron_lm_args(run: RunConfig) -> list[str]:
         ]
     args += megatron_offload_args(opt)
     args += megatron_dynamic_cp_args(run)
-    return args
+    args += megatron_stash_args(opt)
+    return _with_muon(args, opt)
+
+
+def _with_muon(args: list[str], opt: TrainingOptions) -> list[str]:
+    """Muon: ``--optimizer=muon`` and its NS settings (arguments.py:2518-2548, :2777); with
+    ``--use-distributed-optimizer`` Megatron-LM runs the layer-wise distributed optimizer
+    (arguments.py:1669-1682), without it every rank keeps the whole state. No
+    ``--overlap-param-gather``: the layer-wise all-gather runs after the step, as lcmoe prices it
+    (estimate.muon) and Bridge's Kimi-K2 recipe runs it."""
+    if opt.optimizer != "muon":
+        return args
+    dropped = {"--overlap-param-gather"} | (set() if opt.distributed_optimizer else {"--use-distributed-optimizer"})
+    return [a for a in args if a not in dropped] + [
+        "--optimizer=muon",
+        f"--muon-num-ns-steps={opt.muon_num_ns_steps}",
+        f"--muon-tp-mode={opt.muon_tp_mode}",
+    ]
 
 
 def _layout_args(lay: ParallelLayout) -> list[str]:

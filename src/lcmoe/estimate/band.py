@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lcmoe.errors import LcmoeError
@@ -154,6 +154,7 @@ class TimeBand:
     nearest: str  # the nearest measured run
     nearest_model: str
     distance: tuple[float, ...]  # d_i per DIMENSIONS to the nearest run
+    unmeasured_pct: float = 0.0  # the step's terms priced on an assumption alone (``widened``)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -162,7 +163,19 @@ class TimeBand:
             "distance": dict(zip(DIMENSIONS, self.distance, strict=True)),
             "base_pct": self.base_pct,
             "penalty_pct": self.penalty_pct,
+            "unmeasured_pct": self.unmeasured_pct,
         }
+
+
+def widened(band: TimeBand, unmeasured_seconds: float, step_seconds: float) -> TimeBand:
+    """``band`` plus 100 · U / step, U the seconds by which the step's terms that no measured run
+    prices could be off (``TimeEstimate.unmeasured_seconds``: fine-grained activation offloading's
+    exposure between what compute cannot hide and the whole copy, the paged stash's copies and
+    re-runs): the nearest runs' errors say nothing about a term none of them has."""
+    if unmeasured_seconds <= 0 or step_seconds <= 0:
+        return band
+    extra = 100.0 * unmeasured_seconds / step_seconds
+    return replace(band, pct=band.base_pct + band.penalty_pct + extra, unmeasured_pct=extra)
 
 
 def quantile(values: Sequence[float], q: float) -> float:

@@ -31,6 +31,8 @@ def estimate_run(run: RunConfig, coefficients: TimeCoefficients | None = None) -
             "peft": run.options.peft_summary(),
             **run.options.activation_offload_summary(),
             **run.options.dynamic_cp_summary(),
+            **run.options.paged_stash_summary(),
+            **run.options.muon_summary(),
         },
         "layout": run.layout.as_dict(),
         "memory": memory.as_dict(),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from typing import Any
 
 from lcmoe.config_io.bridge import keeps_bf16_grad_buffer, recipe_name
 from lcmoe.layout import ParallelLayout, auto_pipeline_layout, needs_explicit_layout
@@ -250,4 +251,9 @@ def base_options(request: PlanRequest, precision: str) -> TrainingOptions:
     )
     if precision != "fp16" and not keeps_bf16_grad_buffer(recipe_name(request.model, options, request.hardware)):
         options = replace(options, main_grads_dtype="fp32")
+    chosen: dict[str, Any] = dict(request.optimizer)
+    if chosen.get("optimizer") == "muon":
+        # Muon keeps FP32 momentum and main grads: no precision-aware optimizer (L-MUON-PRECISION-AWARE),
+        # as Bridge's Kimi-K2 recipe runs it (grad_reduce_in_fp32, kimi_k2.py:66-75).
+        options = replace(options, main_grads_dtype="fp32", exp_avg_dtype="fp32", **chosen)
     return options

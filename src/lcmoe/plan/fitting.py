@@ -145,7 +145,7 @@ def beyond_offload(request: PlanRequest, run: RunConfig) -> Callable[[StageMemor
         excess = stage.peak_reserved - capacity
         if excess <= 0:
             return False
-        return not request.allow_offload or stage.optimizer <= 0 or excess > stage.optimizer * 1.1
+        return not request.allow_optimizer_offload or stage.optimizer <= 0 or excess > stage.optimizer * 1.1
 
     return hopeless
 
@@ -420,7 +420,7 @@ def first_fitting(
         if memory.fits(request.memory_margin):
             found.append((trial, memory))
             break
-        offloaded = _offloaded_fit(request, trial, memory, staged, memo) if request.allow_offload else None
+        offloaded = _offloaded_fit(request, trial, memory, staged, memo) if request.allow_optimizer_offload else None
         if offloaded is None:
             continue
         found.append(offloaded)

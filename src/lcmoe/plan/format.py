@@ -65,6 +65,21 @@ def recompute_text(plan: dict[str, Any]) -> str:
     return ",".join(rc["modules"]) if rc["granularity"] == "selective" else str(rc["granularity"])
 
 
+def offload_text(p: dict[str, Any]) -> str:
+    """What a plan (or estimate's inputs) moves to the host: the optimizer's share, then the
+    activation-offload modules (with their fraction when not all) and the paged stash's host pages
+    when present, e.g. ``0.5 + act core_attn,expert_fc1@0.5``."""
+    parts = [f"{p.get('optimizer_offload_fraction') or 0:g}"]
+    act = p.get("activation_offload")
+    if act:
+        fraction = act.get("fraction", 1.0)
+        parts.append("act " + ",".join(act["modules"]) + (f"@{fraction:g}" if fraction != 1.0 else ""))
+    stash = p.get("paged_stash") or {}
+    if stash.get("stash") and stash.get("cpu_factor"):
+        parts.append(f"stash host {stash['cpu_factor']:g}x")
+    return " + ".join(parts)
+
+
 def plan_row(label: str, p: dict[str, Any]) -> list[str]:
     """One row of the plans table (PLAN_COLUMNS)."""
     mem, time = p["memory"], p["time"]
@@ -75,7 +90,7 @@ def plan_row(label: str, p: dict[str, Any]) -> list[str]:
         p["precision"],
         p["dispatcher"],
         ",".join(p["cuda_graph_scope"]) or "-",
-        f"{p['optimizer_offload_fraction']:g}",
+        offload_text(p),
         f"{mem['peak_reserved_bytes'] / GIB:.1f} / {mem['capacity_bytes'] / GIB:.0f}"
         + (AT_RISK if mem.get("oom_risk") else ""),
         f"{time['step_seconds']:.2f}",
@@ -109,6 +124,9 @@ def optimizer_text(entry: dict[str, Any]) -> str:
     moments = str(entry.get("exp_avg_dtype") or ("bf16" if aware else "fp32")).upper()
     grads = str(entry.get("main_grads_dtype") or "fp32").upper()
     text = f"{'precision-aware' if aware else 'plain'} Adam, {moments} moments, {grads} main grads"
+    if entry.get("optimizer") == "muon":
+        steps, mode = entry.get("muon_num_ns_steps") or 5, entry.get("muon_tp_mode") or "blockwise"
+        text = f"Muon, {steps} NS steps, {mode} TP, FP32 momentum, {grads} main grads"
     offload = entry.get("optimizer_offload_fraction")
     if "exp_avg_dtype" in entry and offload:
         text += f", {100 * float(offload):g}% on the host"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from lcmoe.estimate.band import plan_band
+from lcmoe.estimate.band import plan_band, widened
 from lcmoe.estimate.memory import estimate_memory
 from lcmoe.estimate.time import estimate_time
 from lcmoe.plan.reference import reference_run
@@ -77,7 +77,9 @@ def _reference(request: PlanRequest, result: SearchResult, name: str, run: RunCo
     plan 1's lower edge still beats the guidance's prediction)."""
     memory = estimate_memory(run.model, run.hardware, run.layout, run.options)
     band = plan_band(run, request.time_evidence) if request.time_evidence and request.time_evidence.runs else None
-    plan = Plan(run, memory, estimate_time(run, request.time_coefficients), band=band)
+    time = estimate_time(run, request.time_coefficients)
+    band = widened(band, time.unmeasured_seconds, time.step_seconds) if band else None
+    plan = Plan(run, memory, time, band=band)
     ref = plan.as_dict()
     ref["name"] = name
     ref["violations"] = [v.as_dict() for v in violations(run, megatron_core_version=request.megatron_core_version)]

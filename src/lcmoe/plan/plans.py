@@ -50,6 +50,13 @@ class PlanRequest:
     lora_input_regather: bool = False
     # Document lengths packed into each seq_len sample (TrainingOptions.doc_lengths); None: fixed length.
     doc_lengths: DocLengths | None = None
+    # The optimizer the user chose (not searched): TrainingOptions.muon_summary's fields, or {} for Adam.
+    optimizer: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def allow_optimizer_offload(self) -> bool:
+        """Whether the search may offload optimizer state: not under Muon (L-MUON-OFFLOAD)."""
+        return self.allow_offload and dict(self.optimizer).get("optimizer") != "muon"
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +138,8 @@ class Plan:
             "peft": opt.peft_summary(),
             **opt.activation_offload_summary(),
             **opt.dynamic_cp_summary(),
+            **opt.paged_stash_summary(),
+            **opt.muon_summary(),
             "memory": self.memory.as_dict(),
             "time": self.time_dict(),
             "reasons": [{"rule": a.rule, "text": a.text} for a in self.reasons],

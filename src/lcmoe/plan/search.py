@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from lcmoe.errors import LcmoeError
-from lcmoe.estimate.band import RunDescriptor, TimeBand, TimeEvidence, describe_run, time_band
+from lcmoe.estimate.band import RunDescriptor, TimeBand, TimeEvidence, describe_run, time_band, widened
 from lcmoe.estimate.memory import StagedLayout, shipped_coefficients, staged_layout
 from lcmoe.estimate.time import shipped_time_coefficients
 from lcmoe.layout import ParallelLayout
@@ -207,7 +207,7 @@ class _Bands:
         if band is None:
             band = time_band(descriptor, self.evidence.runs, self.evidence.parameters)
             self.seen[descriptor] = band
-        return replace(plan, band=band)
+        return replace(plan, band=widened(band, plan.time.unmeasured_seconds, plan.time.step_seconds))
 
 
 def _parallel_key(plan: Plan) -> tuple[int, ...]:

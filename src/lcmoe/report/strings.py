@@ -40,6 +40,8 @@ TERM_NAMES: dict[str, str] = {
     "dp_comm": "gradient sync (DP)",
     "optimizer": "optimizer step",
     "activation_offload": "activation offload",
+    "paged_stash": "MoE paged stash copies",
+    "paged_stash_rerun": "MoE paged stash re-runs (assumed 1% of steps)",
     "overhead": "host launch overhead",
 }
 

@@ -8,7 +8,7 @@ the module names (``TrainingOptions`` refuses unknown ones, mcore :1854-1867), a
 (lcmoe turns the feature on only with modules, :1852), the fraction's range (a
 ``TrainingOptions`` fraction, :1888-1890), ``fused_group_mlp`` (not offered, :1895-1903), layer-level
 ``cpu_offloading`` (:1848-1851; lcmoe never emits it, and ``check`` refuses a config that sets
-both: ``config_io.activation_offload``), ``moe_paged_stash`` (:1904-1921, never emitted) and the
+both: ``config_io.activation_offload``), ``moe_paged_stash`` (:1904-1921, ``rules.paged_stash`` L-STASH-OFFLOAD) and the
 ncclep dispatcher (:2729-2735, not an lcmoe dispatcher). Bridge's own gate (bridge
 config.py:2046-2051: ``transformer_impl="transformer_engine"``) holds for every lcmoe config, and
 its TE ≥ 2.10 gate (:2053-2059: ``NVTE_CPU_OFFLOAD_V1=1``) is met by the emitted environment

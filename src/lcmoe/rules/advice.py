@@ -86,14 +86,25 @@ def _no_attn_recompute(r: RunConfig) -> str | None:
 
 
 def _offload(r: RunConfig) -> str | None:
-    if r.options.seq_len >= 131072 and r.model.is_moe:
-        if r.options.optimizer_offload_fraction > 0:
-            return (
-                f"optimizer CPU offload {r.options.optimizer_offload_fraction:.0%} over "
-                f"{r.hardware.host_link_kind} ({r.hardware.host_link_bandwidth / 1e9:.0f} GB/s per direction)"
-            )
-        return "at 128K+ large MoE usually needs optimizer CPU offload; this plan fits without it"
-    return None
+    """What the run moves over the host link at 128K+: the optimizer's share, fine-grained
+    activation offloading's modules, the paged stash's host pages; or that it needs none."""
+    o = r.options
+    if o.seq_len < 131072 or not r.model.is_moe:
+        return None
+    moved = []
+    if o.optimizer_offload_fraction > 0:
+        moved.append(f"optimizer CPU offload {o.optimizer_offload_fraction:.0%}")
+    if o.activation_offload_modules:
+        share = f" ({o.activation_offload_fraction:.0%} of the groups)" if o.activation_offload_fraction != 1.0 else ""
+        moved.append(f"activation offloading of {', '.join(sorted(o.activation_offload_modules))}{share}")
+    if o.moe_paged_stash and o.moe_paged_stash_buffer_size_factor_cpu:
+        moved.append("paged-stash host pages")
+    if moved:
+        return (
+            f"{' and '.join(moved)} over {r.hardware.host_link_kind} "
+            f"({r.hardware.host_link_bandwidth / 1e9:.0f} GB/s per direction)"
+        )
+    return "at 128K+ large MoE usually needs optimizer CPU offload or activation offloading; this plan fits without"
 
 
 def _precision(r: RunConfig) -> str | None:
@@ -159,7 +170,7 @@ RULES: tuple[AdviceRule, ...] = (
     AdviceRule("LC-GBS-SHRINK", "info", "GBS follows DP", _gbs_shrink),
     AdviceRule("LC-RECOMPUTE-SELECTIVE", "info", "selective before full recompute", _recompute_selective),
     AdviceRule("LC-NO-ATTN-RECOMPUTE", "warn", "no core_attn recompute at long context", _no_attn_recompute),
-    AdviceRule("LC-OFFLOAD-128K", "info", "optimizer offload at 128K+", _offload),
+    AdviceRule("LC-OFFLOAD-128K", "info", "CPU offload (optimizer, activations) at 128K+", _offload),
     AdviceRule("LC-PRECISION", "info", "FP8 lowers memory", _precision),
     AdviceRule("LC-TP-FOR-CP", "info", "TP for CP on NVL72", _tp_for_cp),
     AdviceRule("LC-CP-COMM", "info", "CP communication type", _cp_comm),

@@ -14,6 +14,9 @@ from lcmoe.rules.activation_offload import ACTIVATION_OFFLOAD_RULES
 from lcmoe.rules.context_parallel import CP_A2A_HEADS, CP_HIER_SIZES, CP_HIER_THD, SEQ_CP, SEQ_SP
 from lcmoe.rules.delay_wgrad import DELAY_WGRAD_RULES
 from lcmoe.rules.dynamic_cp import DYNAMIC_CP_RULES
+from lcmoe.rules.megatron_fsdp import FSDP_RULES
+from lcmoe.rules.muon import MUON_RULES
+from lcmoe.rules.paged_stash import PAGED_STASH_RULES
 from lcmoe.rules.records import LegalityRule as LegalityRule
 from lcmoe.rules.records import Violation as Violation
 from lcmoe.run import RunConfig
@@ -391,8 +394,11 @@ RULES: tuple[LegalityRule, ...] = (
     ),
     CP_HIER_THD,
     *ACTIVATION_OFFLOAD_RULES,
+    *PAGED_STASH_RULES,
     *DELAY_WGRAD_RULES,
     *DYNAMIC_CP_RULES,
+    *MUON_RULES,
+    *FSDP_RULES,
 )
 
 RULE_IDS = frozenset(rule.id for rule in RULES)

@@ -5,12 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lcmoe.estimate.memory.constants import (
-    BF16,
-    FP32,
-    FULL_ITERATION_STASH_FACTOR,
-    INT64,
-)
+from lcmoe.estimate.memory.constants import BF16, FP32, INT64
+from lcmoe.estimate.memory.paged_stash import balanced_dispatched_tokens, expert_bytes_per_token, expert_token_factor
 from lcmoe.layout import ParallelLayout
 from lcmoe.specs.model import ModelSpec
 from lcmoe.workload import TrainingOptions
@@ -296,18 +292,13 @@ def moe_norm_output_bytes(model: ModelSpec, shape: TokenShape, options: Training
     return stored
 
 
-def dispatched_tokens(
-    model: ModelSpec, shape: TokenShape, options: TrainingOptions, *, static_factor: float = FULL_ITERATION_STASH_FACTOR
-) -> float:
+def dispatched_tokens(model: ModelSpec, shape: TokenShape, options: TrainingOptions, *, stored: bool = True) -> float:
     """Tokens one GPU's local experts process: T/sp local tokens × top-k, gathered over ETP, times
-    the load-imbalance factor (1 under forced balance). A full-iteration CUDA graph needs static
-    shapes, so its buffers are sized for ``static_factor`` × the balanced count when that is
-    larger: the paged stash (1.2) for what backward keeps, the rank capacity (1.5) for the
-    per-layer dispatch buffers."""
-    factor = options.moe_token_imbalance
-    if "full_iteration" in options.cuda_graph_scope:
-        factor = max(factor, static_factor)
-    return shape.tokens / shape.sp * model.moe_router_topk * shape.etp * factor
+    what the expert tensors are sized for (``paged_stash.expert_token_factor``: the load
+    imbalance, 1 under forced balance; a static budget with a rank capacity factor or a
+    full-iteration graph; the paged stash's pages for what backward keeps, ``stored``)."""
+    balanced = balanced_dispatched_tokens(model, shape.tokens, shape.sp, shape.etp)
+    return balanced * expert_token_factor(options, stored=stored)
 
 
 def moe_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingOptions) -> float:
@@ -328,13 +319,10 @@ def moe_activation_bytes(model: ModelSpec, shape: TokenShape, options: TrainingO
     router_bytes = FP32 if options.moe_router_dtype_fp32 else BF16
     stored += 2 * router_bytes * shape.tokens / shape.sp * experts
     td = dispatched_tokens(model, shape, options)
-    f = model.expert_ffn
+    stored += td * expert_bytes_per_token(model, shape.stored_gemm_input, shape.etp, options)
     glu = 2 if model.gated_linear_unit else 1
-    stored += shape.stored_gemm_input * td * model.expert_width + BF16 * td * f * glu / shape.etp
     if model.moe_latent_size:
         stored += shape.stored_gemm_input * shape.tokens / shape.sp * model.moe_latent_size
-    if not options.recomputes("moe_act"):
-        stored += shape.stored_gemm_input * td * f / shape.etp
     if model.shared_ffn and not options.recomputes("shared_experts"):
         stored += BF16 * shape.tokens * model.shared_ffn * glu / shape.tp
         stored += shape.stored_gemm_input * shape.tokens * model.shared_ffn / shape.tp

@@ -15,6 +15,7 @@ from lcmoe.estimate.memory.layers import (
     offload_host_bytes,
     offload_inflight_bytes,
 )
+from lcmoe.estimate.memory.paged_stash import stage_stash_bytes
 from lcmoe.estimate.memory.results import MemoryEstimate, StageMemory
 from lcmoe.estimate.memory.state import (
     ModelState,
@@ -174,13 +175,13 @@ def stage_activations(
 ) -> tuple[float, float]:
     """(stored activations of the in-flight microbatches, the largest single-layer working set):
     activation_scale × chunk bytes × in-flight chunks, over the mean chunk with virtual pipeline
-    stages (``inflight_microbatch_chunks`` counts chunks then), plus what fine-grained activation
-    offloading holds on the GPU (``offload_inflight_bytes``)."""
+    stages (``inflight_microbatch_chunks`` counts chunks then), plus what activation offloading
+    (``offload_inflight_bytes``) and the paged stash (``stage_stash_bytes``) hold on the GPU."""
     stored, largest_layer = _stored_activations(inputs, stage, shape, inflight)
-    if not inputs.options.activation_offload_modules:
-        return stored, largest_layer
-    copies = inflight / max(inputs.layout.vpp, 1)
-    held = offload_inflight_bytes(inputs.model, stage.layer_groups, shape, inputs.options, copies)
+    held = stage_stash_bytes(inputs.model, inputs.options, stage, shape, 0.0)[0]
+    if inputs.options.activation_offload_modules:
+        copies = inflight / max(inputs.layout.vpp, 1)
+        held += offload_inflight_bytes(inputs.model, stage.layer_groups, shape, inputs.options, copies)
     return stored + inputs.coefficients.activation_scale * held, largest_layer
 
 
@@ -277,7 +278,7 @@ def stage_memory(inputs: StageInputs, stage: PipelineStage, params: StageParams 
     fragmentation = fraction * peak.allocated
     dispatcher = dispatcher_buffer_bytes(inputs.model, shape, options, nvlink_domain=inputs.nvlink_domain)
     reserved = peak.allocated + fragmentation + c.cuda_context_bytes + c.nccl_buffer_bytes + dispatcher
-    state = terms.state
+    state, copies = terms.state, terms.inflight / max(inputs.layout.vpp, 1)
     return StageMemory(
         stage=stage.rank,
         layers=len(stage.decoder_layers) + stage.mtp_layers,
@@ -303,9 +304,8 @@ def stage_memory(inputs: StageInputs, stage: PipelineStage, params: StageParams 
         activations_at_peak=peak.activations,
         logits_at_peak=peak.logits,
         transient_at_peak=peak.transient,
-        activations_host=offload_host_bytes(
-            inputs.model, stage.layer_groups, shape, options, terms.inflight / max(inputs.layout.vpp, 1)
-        ),
+        activations_host=offload_host_bytes(inputs.model, stage.layer_groups, shape, options, copies)
+        + stage_stash_bytes(inputs.model, options, stage, shape, copies)[1],
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lcmoe.estimate.fsdp import shards_grads, shards_params, unit_buffer_bytes
 from lcmoe.estimate.memory.constants import (
     BF16,
     FP32,
@@ -176,10 +177,23 @@ def optimizer_bytes_per_param(options: TrainingOptions) -> float:
     return master
 
 
+def scalar_optimizer_bytes_per_param(options: TrainingOptions) -> float:
+    """Under Muon, the bytes of a parameter Muon leaves to its scalar optimizer (Adam: master +
+    two moments): the embedding and output layer (emerging_optimizers.py:128-130, :805-809;
+    ``estimate.muon``); the norms and biases it also leaves are a rounding error here, like
+    ``StageParams.linear``'s. Otherwise ``optimizer_bytes_per_param``."""
+    if options.optimizer != "muon":
+        return optimizer_bytes_per_param(options)
+    moment = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0}[options.exp_avg_dtype]
+    return master_param_bytes(options) + 2 * moment
+
+
 def optimizer_shards(layout: ParallelLayout, options: TrainingOptions) -> tuple[int, int]:
     """(dense, expert) shard counts of the distributed optimizer: dense over DP·CP, experts over
     EDP, each divided by the number of optimizer instances (facts §5.2; distrib_optimizer.py)."""
     if not options.distributed_optimizer and not options.megatron_fsdp:
+        return 1, 1
+    if options.megatron_fsdp and options.megatron_fsdp_sharding == "no_shard":
         return 1, 1
     instances = max(options.num_distributed_optimizer_instances, 1)
     dense = max(layout.dp * layout.cp // instances, 1)
@@ -221,12 +235,15 @@ def model_state_bytes(
     *,
     architecture: str = "hopper",
     trainable: StageParams | None = None,
+    unit_params: float = 0.0,
 ) -> ModelState:
     """weights = P_linear·w + P_vocab·2 (quantized parameters are the TE linear weights only: the
     embedding and output layer stay BF16); grads = P·g; optimizer = P_dense·o/shard_dense +
     P_expert·o/shard_expert, times (1 − offload fraction) on the GPU and the rest on the host;
-    weight copies = P_linear·``quantized_weight_copy_bytes``. Megatron-FSDP also shards
-    weights and gradients over the same groups. With ``trainable`` (LoRA adapters,
+    weight copies = P_linear·``quantized_weight_copy_bytes``. Megatron-FSDP also shards the
+    gradients (``optim_grads``) and the weights (``optim_grads_params``) over the same groups, and
+    then holds ``unit_params`` (one layer on the rank) gathered twice over, weights and gradients
+    (``estimate.fsdp.unit_buffer_bytes``). With ``trainable`` (LoRA adapters,
     ``stage_lora_params_per_gpu``) the base is frozen: Megatron's DDP buffers and the optimizer
     cover only parameters that require grad, so grads and optimizer count the adapters, whose
     BF16 weights add to the base's."""
@@ -234,19 +251,23 @@ def model_state_bytes(
     w, g, o = weight_bytes_per_param(options), grad_bytes_per_param(options), optimizer_bytes_per_param(options)
     shard_dense, shard_expert = optimizer_shards(layout, options)
     optimizer = trained.dense * o / shard_dense + trained.expert * o / shard_expert
-    if options.megatron_fsdp:
+    # Muon keeps one momentum, but the vocabulary stays on Adam (scalar_optimizer_bytes_per_param).
+    optimizer += trained.vocab * (scalar_optimizer_bytes_per_param(options) - o) / shard_dense
+    sharded, vocab, held = params.total, params.vocab, trained.total  # held whole without FSDP
+    if shards_params(options):
         sharded = params.dense / shard_dense + params.expert / shard_expert
         vocab = params.vocab / shard_dense
+    if shards_grads(options):
         held = trained.dense / shard_dense + trained.expert / shard_expert
-    else:  # without FSDP every parameter is held whole
-        sharded, vocab, held = params.total, params.vocab, trained.total
-    weights, grads = (sharded - vocab) * w + vocab * BF16, held * g
+    unit_weights, unit_grads = unit_buffer_bytes(unit_params, w, g, options)
+    weights, grads = (sharded - vocab) * w + vocab * BF16 + unit_weights, held * g + unit_grads
     frozen = 0.0
     if trainable is not None:
         frozen = weights
         weights += held * BF16
     on_gpu = 1.0 - options.optimizer_offload_fraction
-    master_share = master_param_bytes(options) / o
+    master = (trained.dense / shard_dense + trained.expert / shard_expert) * master_param_bytes(options)
+    master_share = master / optimizer if optimizer else 0.0
     return ModelState(
         weights,
         grads,
@@ -283,10 +304,20 @@ def stage_state_bytes(
     """(trained parameters, model state) of one GPU of a stage (``stage_trained_params_per_gpu``;
     ``params``: the stage's parameters when the caller has them)."""
     params = params or stage_params_per_gpu(model, layout, stage)
+    unit = fsdp_unit_params(params, stage) if shards_params(options) else 0.0
     if not options.is_lora:
-        return params, model_state_bytes(params, layout, options, architecture=architecture)
+        return params, model_state_bytes(params, layout, options, architecture=architecture, unit_params=unit)
     adapters = stage_lora_params_per_gpu(model, layout, stage, options)
-    return adapters, model_state_bytes(params, layout, options, architecture=architecture, trainable=adapters)
+    return adapters, model_state_bytes(
+        params, layout, options, architecture=architecture, trainable=adapters, unit_params=unit
+    )
+
+
+def fsdp_unit_params(params: StageParams, stage: PipelineStage) -> float:
+    """One Megatron-FSDP unit (a decoder layer) on a GPU of the stage: the stage's non-vocabulary
+    parameters over its decoder and MTP layers (the units, mcore_fsdp_adapter.py:158-162)."""
+    layers = sum(count for _, count in stage.layer_groups) + stage.mtp_layers
+    return (params.total - params.vocab) / max(layers, 1)
 
 
 def optimizer_grad_copy_bytes(params: StageParams, layout: ParallelLayout, options: TrainingOptions) -> float:

@@ -16,7 +16,6 @@ from lcmoe.estimate.memory.constants import (
     DEEPEP_NVL_PEERS,
     DEFAULT_NVLINK_DOMAIN,
     FP32,
-    FULL_ITERATION_RANK_CAPACITY,
     GIB,
     HYBRIDEP_SCALE_BLOCK,
     INT32,
@@ -60,7 +59,7 @@ def moe_dispatch_transient_bytes(model: ModelSpec, shape: TokenShape, options: T
     if not model.is_moe:
         return 0.0
     d_e = model.expert_width
-    td = dispatched_tokens(model, shape, options, static_factor=FULL_ITERATION_RANK_CAPACITY)
+    td = dispatched_tokens(model, shape, options, stored=False)
     if options.dispatcher == "allgather":
         return BF16 * shape.tokens / shape.sp * shape.tp * shape.ep * d_e + 2 * BF16 * td * d_e
     return 2 * BF16 * td * d_e

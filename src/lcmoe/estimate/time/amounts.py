@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lcmoe.estimate.flops import flops_per_token, lora_model_flops_per_token
+from lcmoe.estimate.fsdp import fsdp_extra_dp_bytes
 from lcmoe.estimate.memory import (
     BF16,
     StagedLayout,
@@ -16,6 +17,8 @@ from lcmoe.estimate.memory import (
     staged_layout,
     token_shape,
 )
+from lcmoe.estimate.memory.state import weight_bytes_per_param
+from lcmoe.estimate.muon import MuonStepAmounts, muon_step_amounts
 from lcmoe.estimate.packing import attention_lengths, bridge_core_length, real_token_share
 from lcmoe.estimate.params import LayerSignature, attention_kind, layer_signature, lora_adapters
 from lcmoe.estimate.time.communication import ep_link_shares
@@ -28,6 +31,7 @@ from lcmoe.estimate.time.layer_bytes import (
 )
 from lcmoe.estimate.time.layer_flops import gdn_token_heads, layer_flops_per_token
 from lcmoe.estimate.time.offload import stage_offload_bytes
+from lcmoe.estimate.time.paged_stash import stage_stash_amounts
 from lcmoe.layout import ParallelLayout, PipelineStage
 from lcmoe.run import RunConfig
 from lcmoe.specs.model import AttentionKind, ModelSpec
@@ -105,6 +109,12 @@ class StageAmounts:
     optimizer_host_params: float
     optimizer_host_bytes: float
     activation_offload_bytes: float = 0.0  # per microbatch, each way (offload.stage_offload_bytes)
+    # The paged stash per microbatch: bytes stashed, and the part through the host pages
+    # (paged_stash.stage_stash_amounts).
+    paged_stash_bytes: float = 0.0
+    paged_stash_spill_bytes: float = 0.0
+    muon: MuonStepAmounts | None = None  # the Muon optimizer's step (estimate.muon); None under Adam
+    fsdp_bytes: float = 0.0  # Megatron-FSDP's DP bytes beyond dp_bytes, per step (estimate.fsdp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,9 +309,16 @@ OFFLOAD_HOST_LINK_BYTES_PER_PARAM = 6
 def no_recompute_options(options: TrainingOptions) -> TrainingOptions:
     """``options`` without recompute: what a forward touches once (the layers' elementwise bytes):
     every stored tensor, the offloaded ones too (they are written before they leave; the copies
-    are priced apart, offload.stage_offload_bytes)."""
+    are priced apart, offload.stage_offload_bytes), at the tokens the experts receive rather than
+    a static budget's buffer size (the fused grouped MLP walks only the received tokens,
+    transformer_config.py:955-961; the paged stash's copies are priced apart, time.paged_stash)."""
     return unchecked_replace(
-        options, recompute_granularity="none", recompute_modules=frozenset(), activation_offload_modules=frozenset()
+        options,
+        recompute_granularity="none",
+        recompute_modules=frozenset(),
+        activation_offload_modules=frozenset(),
+        moe_expert_rank_capacity_factor=None,
+        moe_paged_stash=False,
     )
 
 
@@ -370,6 +387,18 @@ def _stage_amounts(
         optimizer_host_params=offloaded,
         optimizer_host_bytes=offloaded * OFFLOAD_HOST_LINK_BYTES_PER_PARAM,
         activation_offload_bytes=stage_offload_bytes(run, stage),
+        **dict(zip(("paged_stash_bytes", "paged_stash_spill_bytes"), stage_stash_amounts(run, stage), strict=True)),
+        muon=muon_step_amounts(
+            model, layout, stage, options, (params.dense, params.expert), shards=(dense_shard, expert_shard)
+        ),
+        fsdp_bytes=fsdp_extra_dp_bytes(
+            (params.dense, params.expert),
+            (dense_dp, edp),
+            num_microbatches=layout.num_microbatches,
+            weight_bytes=weight_bytes_per_param(options),
+            grad_bytes=grad_bytes,
+            options=options,
+        ),
     )
 
 

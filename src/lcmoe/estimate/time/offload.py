@@ -41,3 +41,14 @@ def activation_offload_seconds(offload_bytes: float, host_link_bandwidth: float,
         return 0.0
     copy = 2.0 * offload_bytes / host_link_bandwidth
     return max(ACTIVATION_OFFLOAD_EXPOSED_SHARE * copy, copy - compute_seconds)
+
+
+def activation_offload_doubt(offload_bytes: float, host_link_bandwidth: float, compute_seconds: float) -> float:
+    """How far ``activation_offload_seconds`` could be off, no measured run pricing it: the true
+    exposure lies between what compute cannot cover, max(0, copy − compute), and the whole copy;
+    the larger distance from the charge to either end."""
+    if offload_bytes <= 0:
+        return 0.0
+    copy = 2.0 * offload_bytes / host_link_bandwidth
+    charged = activation_offload_seconds(offload_bytes, host_link_bandwidth, compute_seconds)
+    return max(charged - max(0.0, copy - compute_seconds), copy - charged)

@@ -9,7 +9,9 @@ from lcmoe.estimate.memory import StagedLayout
 from lcmoe.estimate.time.amounts import RunAmounts, StageAmounts, time_amounts
 from lcmoe.estimate.time.coefficients import TimeCoefficients, shipped_time_coefficients
 from lcmoe.estimate.time.communication import link_bandwidth
-from lcmoe.estimate.time.offload import activation_offload_seconds
+from lcmoe.estimate.time.muon_step import stage_optimizer_seconds
+from lcmoe.estimate.time.offload import activation_offload_doubt, activation_offload_seconds
+from lcmoe.estimate.time.paged_stash import paged_stash_seconds, rerun_seconds
 from lcmoe.estimate.time.stage import (
     LaunchFreeSeconds,
     StageRates,
@@ -30,6 +32,10 @@ class TimeEstimate:
     mfu: float
     breakdown: dict[str, float]
     critical_stage: int
+    # Seconds by which the terms no measured run prices could be off (band.widened): the
+    # activation-offload exposure's room either side of its assumed share, the paged stash's
+    # copies (charged in full) and its assumed re-run.
+    unmeasured_seconds: float = 0.0
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -73,13 +79,8 @@ def shared_pricing(a: RunAmounts) -> SharedPricing:
 def step_tail(a: RunAmounts, c: TimeCoefficients) -> tuple[float, float]:
     """(exposed DP gradient seconds, optimizer-step seconds) of the step: the largest stage's."""
     dp_bw = link_bandwidth(a, a.dp_span, c)
-    dp = max(c.dp_exposed_fraction * s.dp_bytes / dp_bw for s in a.stages)
-    optimizer = max(
-        s.optimizer_gpu_bytes / a.hbm_bytes_per_second
-        + s.optimizer_host_params / c.host_adam_params_per_second
-        + s.optimizer_host_bytes / a.host_link_bytes_per_second
-        for s in a.stages
-    )
+    dp = max(c.dp_exposed_fraction * (s.dp_bytes + s.fsdp_bytes) / dp_bw for s in a.stages)
+    optimizer = max(stage_optimizer_seconds(a, s, c) for s in a.stages)
     return dp, optimizer
 
 
@@ -122,13 +123,16 @@ def combine(a: RunAmounts, c: TimeCoefficients, shared: SharedPricing | None = N
             shared.tail = step_tail(a, c)
         dp, optimizer = shared.tail
     bubble = microbatch.total * bubble_factor
-    offload = activation_offload_step_seconds(a, per_stage)
-    step = microbatch.total * a.num_microbatches + bubble + dp + optimizer + offload
+    offload, offload_doubt = activation_offload_step_seconds(a, per_stage)
+    stash, rerun = paged_stash_step_seconds(a, microbatch.total * a.num_microbatches + bubble)
+    step = microbatch.total * a.num_microbatches + bubble + dp + optimizer + offload + stash + rerun
     tflops = a.model_flops_per_step / step / a.world_size / 1e12
     breakdown = microbatch.as_dict(a.num_microbatches)
     breakdown.update(pipeline_bubble=bubble, dp_comm=dp, optimizer=optimizer)
     if offload:
         breakdown["activation_offload"] = offload
+    if stash:
+        breakdown.update(paged_stash=stash, paged_stash_rerun=rerun)
     return TimeEstimate(
         step_seconds=step,
         tokens_per_sec_per_gpu=a.tokens_per_step / step / a.world_size,
@@ -136,20 +140,44 @@ def combine(a: RunAmounts, c: TimeCoefficients, shared: SharedPricing | None = N
         mfu=tflops * 1e12 / a.bf16_peak_flops_per_second,
         breakdown=breakdown,
         critical_stage=a.stages[critical].rank,
+        unmeasured_seconds=offload_doubt + stash + rerun,
     )
 
 
-def activation_offload_step_seconds(a: RunAmounts, per_stage: list[StageTime]) -> float:
-    """M × the slowest stage's exposed host-link seconds per microbatch of fine-grained
-    activation offloading (``offload.activation_offload_seconds``, against that stage's compute:
-    GEMMs, attention, elementwise and recompute); 0 without offloading."""
-    worst = 0.0
+def activation_offload_step_seconds(a: RunAmounts, per_stage: list[StageTime]) -> tuple[float, float]:
+    """(M × the slowest stage's exposed host-link seconds per microbatch of fine-grained
+    activation offloading, ``offload.activation_offload_seconds`` against that stage's compute:
+    GEMMs, attention, elementwise and recompute; M × how far that could be off,
+    ``offload.activation_offload_doubt``); (0, 0) without offloading."""
+    worst, doubt = 0.0, 0.0
     for stage, timed in zip(a.stages, per_stage, strict=True):
         if stage.activation_offload_bytes:
             compute = timed.dense_gemm + timed.expert_gemm + timed.attention + timed.elementwise + timed.recompute
             seconds = activation_offload_seconds(stage.activation_offload_bytes, a.host_link_bytes_per_second, compute)
+            if seconds > worst:
+                worst = seconds
+                doubt = activation_offload_doubt(stage.activation_offload_bytes, a.host_link_bytes_per_second, compute)
+    return worst * a.num_microbatches, doubt * a.num_microbatches
+
+
+def paged_stash_step_seconds(a: RunAmounts, forward_backward: float) -> tuple[float, float]:
+    """(M × the slowest stage's page-copy seconds per microbatch, the expected re-run seconds) of
+    the MoE paged stash (``paged_stash.paged_stash_seconds``, ``rerun_seconds`` of the step's
+    forward/backward ``forward_backward``); (0, 0) without it."""
+    worst = 0.0
+    for stage in a.stages:
+        if stage.paged_stash_bytes:
+            seconds = paged_stash_seconds(
+                stage.paged_stash_bytes,
+                stage.paged_stash_spill_bytes,
+                a.hbm_bytes_per_second,
+                a.host_link_bytes_per_second,
+            )
             worst = max(worst, seconds)
-    return worst * a.num_microbatches
+    if not worst:
+        return 0.0, 0.0
+    stash = worst * a.num_microbatches
+    return stash, rerun_seconds(forward_backward + stash)
 
 
 def estimate_time(

@@ -17,6 +17,7 @@ from lcmoe.estimate.time.amounts import RunAmounts, StageAmounts
 from lcmoe.estimate.time.coefficients import TimeCoefficients
 from lcmoe.estimate.time.communication import DISPATCH_SM_SHARE, link_bandwidth
 from lcmoe.estimate.time.compute import GDN_SECONDS_PER_TOKEN_HEAD
+from lcmoe.estimate.time.muon_step import stage_optimizer_seconds
 from lcmoe.estimate.time.stage import LayerSeconds, StageRates, cp_ring_layer_seconds, layer_seconds, stage_rates
 
 
@@ -239,15 +240,8 @@ def step_terms(a: RunAmounts, c: TimeCoefficients) -> tuple[TimeTerm, ...]:
     """The step's terms beside the microbatches: exposed DP gradient traffic (the stage with the
     most) and the optimizer step (the stage with the slowest: GPU Adam, host Adam, host-link copies)."""
     dp_bw = link_bandwidth(a, a.dp_span, c)
-    dp_stage = max(a.stages, key=lambda s: s.dp_bytes)
-    optimizer = max(
-        a.stages,
-        key=lambda s: (
-            s.optimizer_gpu_bytes / a.hbm_bytes_per_second
-            + s.optimizer_host_params / c.host_adam_params_per_second
-            + s.optimizer_host_bytes / a.host_link_bytes_per_second
-        ),
-    )
+    dp_stage = max(a.stages, key=lambda s: s.dp_bytes + s.fsdp_bytes)
+    optimizer = max(a.stages, key=lambda s: stage_optimizer_seconds(a, s, c))
     terms = (
         time_term(
             "DP/EDP gradient reduce-scatter + all-gather",
@@ -274,4 +268,46 @@ def step_terms(a: RunAmounts, c: TimeCoefficients) -> tuple[TimeTerm, ...]:
             "optimizer",
         ),
     )
-    return tuple(t for t in terms if t.amount)
+    fsdp = time_term(
+        "Megatron-FSDP per-microbatch gathers and reduce-scatters",
+        dp_stage.fsdp_bytes,
+        ("B", "B/s"),
+        dp_bw,
+        "dp_comm",
+        c.dp_exposed_fraction,
+        "exposed share, dp_exposed_fraction",
+    )
+    return tuple(t for t in (*terms, fsdp, *muon_terms(a, optimizer, c)) if t.amount)
+
+
+def muon_terms(a: RunAmounts, s: StageAmounts, c: TimeCoefficients) -> tuple[TimeTerm, ...]:
+    """The Muon step's terms on stage ``s`` (``estimate.muon.muon_step_seconds``): NS GEMMs,
+    their TP traffic, the layer-wise all-gather (exposed) and the gradient all-reduce's extra
+    half (at the DP exposed share), less the share of the all-gather the DP term charges."""
+    m = s.muon
+    if m is None:
+        return ()
+    gemm = a.bf16_peak_flops_per_second * c.gemm_efficiency_bf16
+    dp_bw, f = link_bandwidth(a, a.dp_span, c), c.dp_exposed_fraction
+    return (
+        time_term("Muon Newton-Schulz GEMMs", m.ns_flops, ("FLOP", "FLOP/s"), gemm, "optimizer"),
+        time_term("Muon NS TP traffic", m.tp_bytes, ("B", "B/s"), link_bandwidth(a, a.tp_span, c), "optimizer"),
+        time_term(
+            "Muon layer-wise param all-gather",
+            m.param_gather_bytes,
+            ("B", "B/s"),
+            dp_bw,
+            "optimizer",
+            1 - f,
+            "not overlapped; the DP term has charged dp_exposed_fraction of it",
+        ),
+        time_term(
+            "Muon gradient all-reduce beyond a reduce-scatter",
+            m.grad_allreduce_extra_bytes,
+            ("B", "B/s"),
+            dp_bw,
+            "optimizer",
+            f,
+            "exposed share, dp_exposed_fraction",
+        ),
+    )
