@@ -150,6 +150,9 @@ def _model_summary(model: Any) -> dict[str, Any]:
         "cp_comm_type",
         "overlap_moe_expert_parallel_comm",
         "delay_wgrad_compute",
+        "hybrid_context_parallel",
+        "max_seqlen_per_dp_cp_rank",
+        "calculate_per_token_loss",
     )
     out = {name: getattr(model, name, None) for name in fields}
     return {k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v)) for k, v in out.items()}

@@ -74,6 +74,7 @@ _INT_RANGES = {
     "muon_num_ns_steps": (1, 100),
     "recompute_num_layers": (0, 100_000),  # < 1 is refused below with its own message
     "lora_rank": (0, 1_000_000),
+    "min_dynamic_context_parallel_size": (1, 2**20),
 }
 # Fractions in [0, 1]: dropout probabilities and the optimizer share kept on the host.
 # Quintic Newton-Schulz coefficient sets (emerging_optimizers muon_utils.py ``_COEFFICIENT_SETS``
@@ -214,6 +215,15 @@ class TrainingOptions:
     # Delayed weight-gradient GEMMs in the a2a-overlap schedule (ModelParallelConfig
     # .delay_wgrad_compute, mcore model_parallel_config.py:348; rules.delay_wgrad).
     delay_wgrad_compute: bool = False
+    # Dynamic context parallelism (estimate.dynamic_cp): each document runs on a power-of-two
+    # group of the DP×CP ranks sized by its length. Megatron-Core 0.19.2 spells it
+    # ``hybrid_context_parallel`` with ``max_seqlen_per_dp_cp_rank`` (model_parallel_config.py:
+    # 111-125); Megatron-LM's dev branch renames it ``dynamic_context_parallel`` and adds
+    # ``min_dynamic_context_parallel_size`` (rules.dynamic_cp). ``max_seqlen_per_dp_cp_rank``
+    # None: seq_len / CP, Megatron's suggested start (the same per-rank tokens as fixed CP).
+    dynamic_context_parallel: bool = False
+    max_seqlen_per_dp_cp_rank: int | None = None
+    min_dynamic_context_parallel_size: int = 1
     # Sync-free experts and the MoE paged stash (mcore transformer_config.py:977-982, 1268-1284):
     # HybridEP receives at most T·k·c tokens per rank (c = ``moe_expert_rank_capacity_factor``,
     # None: dropless with a host sync), and ``moe_paged_stash`` keeps what the fused grouped MLP
@@ -300,6 +310,18 @@ class TrainingOptions:
         modules = sorted(self.activation_offload_modules)
         return {"activation_offload": {"modules": modules, "fraction": self.activation_offload_fraction}}
 
+    def dynamic_cp_summary(self) -> dict[str, object]:
+        """``{"dynamic_cp": {max_seqlen_per_dp_cp_rank, min_dynamic_context_parallel_size}}`` as the
+        JSON outputs spell it, or {} when off: outputs without dynamic CP keep their keys."""
+        if not self.dynamic_context_parallel:
+            return {}
+        return {
+            "dynamic_cp": {
+                "max_seqlen_per_dp_cp_rank": self.max_seqlen_per_dp_cp_rank,
+                "min_dynamic_context_parallel_size": self.min_dynamic_context_parallel_size,
+            }
+        }
+
     def paged_stash_summary(self) -> dict[str, object]:
         """``{"paged_stash": {rank_capacity_factor, stash, cuda_factor, cpu_factor}}`` as the JSON
         outputs spell it, or {} without a rank capacity factor (outputs keep their keys)."""
@@ -338,6 +360,7 @@ def _check_single_fields(o: TrainingOptions) -> None:
         raise LcmoeError("seq_len", o.seq_len, "must be a whole number from 1 to 2^40", "e.g. --seq-len 128k")
     if o.doc_lengths is not None and not isinstance(o.doc_lengths, DocLengths):
         raise LcmoeError("doc_lengths", o.doc_lengths, "must be a document-length histogram or unset", "--doc-lengths")
+    _check_dynamic_cp_fields(o)
     if o.precision not in PRECISIONS:
         raise LcmoeError("precision", o.precision, f"must be one of {', '.join(PRECISIONS)}", "e.g. bf16")
     if not 0.0 <= o.optimizer_offload_fraction <= 1.0:
@@ -382,6 +405,24 @@ def _check_single_fields(o: TrainingOptions) -> None:
             o.moe_token_imbalance,
             f"must be a finite number from 1 (perfectly balanced) to {MAX_TOKEN_IMBALANCE:g}",
             "use 1.0 under forced balance, ~1.1-1.5 for a real router",
+        )
+
+
+def _check_dynamic_cp_fields(o: TrainingOptions) -> None:
+    """``max_seqlen_per_dp_cp_rank``: unset or a whole number of tokens from 1 to seq_len (a rank
+    never holds more than a pack); the dynamic-CP fields only with dynamic CP on."""
+    most = o.max_seqlen_per_dp_cp_rank
+    if most is not None and (isinstance(most, bool) or not isinstance(most, int) or not 1 <= most <= o.seq_len):
+        raise LcmoeError(
+            "max_seqlen_per_dp_cp_rank", most, f"must be a whole number of tokens from 1 to seq_len = {o.seq_len}",
+            "e.g. seq_len / CP",
+        )  # fmt: skip
+    if not o.dynamic_context_parallel and (most is not None or o.min_dynamic_context_parallel_size != 1):
+        raise LcmoeError(
+            "max_seqlen_per_dp_cp_rank" if most is not None else "min_dynamic_context_parallel_size",
+            most if most is not None else o.min_dynamic_context_parallel_size,
+            "applies only with dynamic context parallelism",
+            "turn dynamic CP on (--dynamic-cp) or drop it",
         )
 
 

@@ -95,6 +95,9 @@ def estimate(
     muon_tp_mode: str = ro.MUON_TP_MODE,
     cp_comm_type: str | None = ro.CP_COMM_TYPE,
     hierarchical_cp_sizes: str | None = ro.HIERARCHICAL_CP_SIZES,
+    dynamic_cp: bool = ro.DYNAMIC_CP,
+    max_seqlen_per_dp_cp_rank: int | None = ro.MAX_SEQLEN_PER_DP_CP_RANK,
+    min_dynamic_cp_size: int = ro.MIN_DYNAMIC_CP_SIZE,
     pipeline_layout: str = typer.Option(
         None,
         "--pipeline-layout",
@@ -233,6 +236,9 @@ def _run_from_flags(params: dict[str, Any], given: list[str]) -> Any:
         delay_wgrad=params["delay_wgrad_compute"],
         main_grads_dtype=main_grads_dtype,
         optimizer=ro.muon_fields(params["optimizer"], params["muon_ns_steps"], params["muon_tp_mode"]),
+        dynamic_cp=ro.dynamic_cp_fields(
+            params["dynamic_cp"], params["max_seqlen_per_dp_cp_rank"], params["min_dynamic_cp_size"]
+        ),
     )
 
 
@@ -309,14 +315,24 @@ def _run_from_plan(path: Path, rank: int) -> Any:
 
 
 def _with_knobs(
-    run: Any, *, ep_overlap: bool, delay_wgrad: bool, main_grads_dtype: str | None, optimizer: dict[str, Any]
+    run: Any,
+    *,
+    ep_overlap: bool,
+    delay_wgrad: bool,
+    main_grads_dtype: str | None,
+    optimizer: dict[str, Any],
+    dynamic_cp: dict[str, Any] | None = None,
 ) -> Any:
     """The knobs run_options.build_run does not take: EP overlap, delayed wgrad, the gradient
-    buffer's dtype and the optimizer (``run_options.muon_fields``)."""
+    buffer's dtype, the optimizer (``run_options.muon_fields``) and dynamic CP
+    (``run_options.dynamic_cp_fields``)."""
     from dataclasses import replace
 
     options = run.options
     changes: dict[str, Any] = {k: v for k, v in optimizer.items() if getattr(options, k) != v}
+    changes |= dynamic_cp or {}
+    if dynamic_cp and dynamic_cp.get("max_seqlen_per_dp_cp_rank") is None:  # the emitted default, seq_len / CP
+        changes["max_seqlen_per_dp_cp_rank"] = max(options.seq_len // run.layout.cp, 1)
     if ep_overlap != options.overlap_moe_expert_parallel_comm:
         changes["overlap_moe_expert_parallel_comm"] = ep_overlap
     if delay_wgrad != options.delay_wgrad_compute:
@@ -337,6 +353,7 @@ def _settings(run: Any) -> dict[str, Any]:
         "exp_avg_dtype": opt.exp_avg_dtype,
         "overlap_moe_expert_parallel_comm": opt.overlap_moe_expert_parallel_comm,
         "delay_wgrad_compute": opt.delay_wgrad_compute,
+        "dynamic_context_parallel": opt.dynamic_context_parallel,
         "moe_token_imbalance": opt.moe_token_imbalance,
         "expandable_segments": opt.expandable_segments,
         "fp8_param_gather": opt.quantized_params,

@@ -133,6 +133,31 @@ class Packing(_Open):
     caveats: list[str]
 
 
+class DynamicCpSettings(_Open):
+    """Dynamic context parallelism's settings (mcore 0.19.2 hybrid_context_parallel)."""
+
+    max_seqlen_per_dp_cp_rank: int | None = Field(description="tokens one rank holds; null: seq_len / CP")
+    min_dynamic_context_parallel_size: int = Field(description="smallest group (Megatron-LM dev only above 1)")
+
+
+class DynamicCpClass(_Open):
+    group: int = Field(description="ranks the documents of this class run on: 2^⌈log₂(ℓ/M)⌉")
+    length: float = Field(description="their token-weighted mean padded length, tokens")
+    slot_share: float = Field(description="their share of the step's pack slots")
+
+
+class DynamicCp(_Open):
+    """Where the documents run under dynamic CP (estimate.dynamic_cp)."""
+
+    max_seqlen_per_dp_cp_rank: int
+    min_dynamic_context_parallel_size: int
+    pool: int = Field(description="DP·CP, the ranks regrouped")
+    pad_multiple: int = Field(description="each document padded to a multiple of this: 2·DP·CP (·TP with SP)")
+    padding_per_token: float
+    classes: list[DynamicCpClass]
+    caveats: list[str]
+
+
 class Reason(_Open):
     rule: str
     text: str
@@ -158,6 +183,7 @@ class Plan(_Open):
     activation_offload: ActivationOffload | None = Field(
         default=None, description="only with fine-grained activation offloading"
     )
+    dynamic_cp: DynamicCpSettings | None = Field(default=None, description="only with dynamic context parallelism")
     paged_stash: PagedStash | None = Field(default=None, description="only with a rank capacity factor")
     optimizer: Literal["muon"] | None = Field(default=None, description="only with --optimizer muon")
     muon_num_ns_steps: int | None = Field(default=None, description="only with --optimizer muon")
@@ -230,6 +256,8 @@ class EstimateInputs(_Open):
     )
     doc_lengths: DocLengths | None = Field(default=None, description="only with --doc-lengths")
     activation_offload: ActivationOffload | None = Field(default=None, description="only with --offload-modules")
+    dynamic_context_parallel: bool = False
+    dynamic_cp: DynamicCpSettings | None = Field(default=None, description="only with --dynamic-cp")
     paged_stash: PagedStash | None = Field(default=None, description="only with --moe-rank-capacity-factor")
 
 
@@ -242,6 +270,7 @@ class EstimateDocument(_Open):
     memory: Memory
     time: Time
     packing: Packing | None = Field(default=None, description="only with --doc-lengths")
+    dynamic_cp: DynamicCp | None = Field(default=None, description="only with --dynamic-cp")
 
 
 class Violation(_Open):
@@ -270,6 +299,7 @@ class CheckDocument(_Open):
     memory: Memory | None = None
     time: Time | None = None
     packing: Packing | None = None
+    dynamic_cp: DynamicCp | None = None
 
 
 class SweepRow(_Open):

@@ -181,6 +181,43 @@ OFFLOAD_FRACTION = typer.Option(
     max=1.0,
     help="share of the eligible offload groups offloaded (Megatron-Core activation_offload_fraction)",
 )
+DYNAMIC_CP = typer.Option(
+    False,
+    "--dynamic-cp/--no-dynamic-cp",
+    "--dynamic-context-parallel/--no-dynamic-context-parallel",
+    help="dynamic context parallelism: each packed document runs on the fewest DP×CP ranks its length needs "
+    "(mcore 0.19.2 hybrid_context_parallel; needs --doc-lengths)",
+)
+MAX_SEQLEN_PER_DP_CP_RANK = typer.Option(
+    None,
+    "--max-seqlen-per-dp-cp-rank",
+    min=1,
+    help="tokens one rank holds under dynamic CP (default seq_len / CP)",
+)
+MIN_DYNAMIC_CP_SIZE = typer.Option(
+    1,
+    "--min-dynamic-cp-size",
+    "--min-dynamic-context-parallel-size",
+    min=1,
+    help="smallest dynamic CP group (Megatron-LM dev's min_dynamic_context_parallel_size; default 1)",
+)
+
+
+def dynamic_cp_fields(on: bool, max_seqlen: int | None, min_size: int) -> dict[str, Any]:
+    """TrainingOptions' dynamic-CP fields from the flags; the two sizes without ``--dynamic-cp``
+    are refused by name (TrainingOptions checks the values)."""
+    if not on:
+        if max_seqlen is not None or min_size != 1:
+            flag = "--max-seqlen-per-dp-cp-rank" if max_seqlen is not None else "--min-dynamic-cp-size"
+            raise LcmoeError(flag, max_seqlen or min_size, "applies only with --dynamic-cp", "add --dynamic-cp")
+        return {}
+    return {
+        "dynamic_context_parallel": True,
+        "max_seqlen_per_dp_cp_rank": max_seqlen,
+        "min_dynamic_context_parallel_size": min_size,
+    }
+
+
 RANK_CAPACITY = typer.Option(
     None,
     "--moe-rank-capacity-factor",

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from lcmoe.config_io.activation_offload import bridge_offload_options
 from lcmoe.config_io.bridge_precision import MIXED_PRECISION, PRECISION_OF_MIXED, precision_of_fields
 from lcmoe.config_io.bridge_syntax import parse_fields
+from lcmoe.config_io.dynamic_cp import bridge_dynamic_cp_options
 from lcmoe.config_io.paged_stash import bridge_stash_options
 from lcmoe.errors import LcmoeError
 from lcmoe.layout import ParallelLayout, read_hierarchical_sizes
@@ -74,6 +75,7 @@ def run_from_overrides(
         ),
         **_peft_fields(values),
         **bridge_offload_options(values, _list(_get(values, "model.offload_modules"))),
+        **bridge_dynamic_cp_options(values),
         **bridge_stash_options(values),
     )
     return RunConfig(model, hardware, layout, options)

@@ -7,6 +7,7 @@ from typing import Any
 from lcmoe.config_io.activation_offload import bridge_offload_overrides
 from lcmoe.config_io.bridge_precision import mixed_precision_override
 from lcmoe.config_io.bridge_recipes import ep_overlap_key
+from lcmoe.config_io.dynamic_cp import bridge_dynamic_cp_overrides
 from lcmoe.config_io.paged_stash import bridge_stash_overrides
 from lcmoe.layout import ParallelLayout
 from lcmoe.run import RunConfig
@@ -43,6 +44,7 @@ def overrides_from_run(run: RunConfig) -> dict[str, Any]:
         # boundaries inside each sample (mcore datasets/gpt_dataset.py:80-82, 287-333), which
         # Bridge's GPTDatasetConfig inherits.
         out["dataset.inter_document_masking"] = True
+    out |= bridge_dynamic_cp_overrides(run)  # {} without dynamic CP
     if opt.is_lora:
         # The PEFT recipe (``recipe_for``) builds cfg.peft = LoRA(); these set its fields (peft/lora.py).
         out["peft.dim"] = opt.lora_rank

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from lcmoe.config_io.activation_offload import megatron_offload_options
+from lcmoe.config_io.dynamic_cp import megatron_dynamic_cp_options
 from lcmoe.config_io.paged_stash import megatron_stash_options
 from lcmoe.errors import LcmoeError
 from lcmoe.layout import ParallelLayout, read_hierarchical_sizes
@@ -346,6 +347,7 @@ def options_from_args(args: dict[str, Any], *, doc_lengths: DocLengths | None = 
             config_key="--dataloader-inter-document-masking",
         ),
         **megatron_offload_options(args),
+        **megatron_dynamic_cp_options(args),
         **megatron_stash_options(args),
     )
 

@@ -122,6 +122,7 @@ def run_from_plan(doc: dict[str, Any], *, index: int = 0, hardware: HardwareSpec
             doc_lengths=plan_doc_lengths(inputs.get("doc_lengths")),
             **_peft(entry.get("peft")),
             **_activation_offload(entry.get("activation_offload")),
+            **_dynamic_cp(entry.get("dynamic_cp")),
             **_paged_stash(entry.get("paged_stash")),
             **_muon(entry),
         )
@@ -205,6 +206,20 @@ def _activation_offload(doc: dict[str, Any] | None) -> dict[str, Any]:
         raise TypeError("activation_offload must be a mapping")
     fraction = real_number(doc.get("fraction", 1.0), field="plan activation_offload.fraction", fix="re-run lcmoe plan")
     return {"activation_offload_modules": _texts(doc, "modules"), "activation_offload_fraction": fraction}
+
+
+def _dynamic_cp(doc: dict[str, Any] | None) -> dict[str, Any]:
+    """TrainingOptions' dynamic-CP fields from a plan entry's ``dynamic_cp`` (absent: off)."""
+    if not doc:
+        return {}
+    if not isinstance(doc, dict):
+        raise TypeError("dynamic_cp must be a mapping")
+    most = doc.get("max_seqlen_per_dp_cp_rank")
+    return {
+        "dynamic_context_parallel": True,
+        "max_seqlen_per_dp_cp_rank": None if most is None else _whole(doc, "max_seqlen_per_dp_cp_rank"),
+        "min_dynamic_context_parallel_size": _whole(doc, "min_dynamic_context_parallel_size", 1),
+    }
 
 
 def _paged_stash(doc: dict[str, Any] | None) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from lcmoe.config_io.activation_offload import mcore_offload_kwargs
+from lcmoe.config_io.dynamic_cp import mcore_dynamic_cp_kwargs
 from lcmoe.config_io.paged_stash import mcore_stash_kwargs
 from lcmoe.run import RunConfig
 from lcmoe.specs.model import ModelSpec
@@ -60,6 +61,7 @@ def transformer_config_kwargs(run: RunConfig) -> tuple[str, dict[str, Any]]:
             recompute_num_layers=opt.recompute_num_layers,
         )
     kwargs.update(mcore_offload_kwargs(opt))
+    kwargs.update(mcore_dynamic_cp_kwargs(run))
     kwargs.update(mcore_stash_kwargs(opt))
     return ("MLATransformerConfig" if model.multi_latent_attention else "TransformerConfig"), kwargs
 

@@ -4,6 +4,7 @@ megatron/training/arguments.py)."""
 from __future__ import annotations
 
 from lcmoe.config_io.activation_offload import megatron_offload_args
+from lcmoe.config_io.dynamic_cp import megatron_dynamic_cp_args
 from lcmoe.config_io.paged_stash import megatron_stash_args
 from lcmoe.layout import ParallelLayout
 from lcmoe.run import RunConfig
@@ -59,6 +60,7 @@ def megatron_lm_args(run: RunConfig) -> list[str]:
             "--overlap-cpu-optimizer-d2h-h2d",
         ]
     args += megatron_offload_args(opt)
+    args += megatron_dynamic_cp_args(run)
     args += megatron_stash_args(opt)
     return _with_muon(args, opt)
 

@@ -13,7 +13,9 @@ from lcmoe.units import format_tokens
 
 def estimate_run(run: RunConfig, coefficients: TimeCoefficients | None = None) -> dict[str, Any]:
     """``coefficients``: a user calibration (estimate/calibration.py); None = the shipped fit."""
-    memory = estimate_memory(run.model, run.hardware, run.layout, run.options)
+    from lcmoe.estimate.dynamic_cp import dcp_memory_options, dcp_summary
+
+    memory = estimate_memory(run.model, run.hardware, run.layout, dcp_memory_options(run))
     result: dict[str, Any] = {
         "inputs": {
             "model": run.model.name,
@@ -28,6 +30,7 @@ def estimate_run(run: RunConfig, coefficients: TimeCoefficients | None = None) -
             "optimizer_offload_fraction": run.options.optimizer_offload_fraction,
             "peft": run.options.peft_summary(),
             **run.options.activation_offload_summary(),
+            **run.options.dynamic_cp_summary(),
             **run.options.paged_stash_summary(),
             **run.options.muon_summary(),
         },
@@ -41,4 +44,7 @@ def estimate_run(run: RunConfig, coefficients: TimeCoefficients | None = None) -
 
         result["inputs"]["doc_lengths"] = docs.summary(run.options.seq_len)
         result["packing"] = packing_summary(run.model, run.layout, run.options)
+    dynamic_cp = dcp_summary(run)
+    if dynamic_cp is not None:  # runs without dynamic CP keep their keys
+        result["dynamic_cp"] = dynamic_cp
     return result

@@ -41,6 +41,7 @@ from lcmoe.plan.judge import Judge
 from lcmoe.plan.plans import Plan, PlanRequest
 from lcmoe.rules.context_parallel import sensible_hierarchical_sizes
 from lcmoe.run import RunConfig
+from lcmoe.specs.model import ModelSpec
 from lcmoe.workload import TrainingOptions, unchecked_replace
 
 # The search's copies of validated options (recompute rungs, offloads, variants) skip re-validation.
@@ -214,6 +215,22 @@ def variants(request: PlanRequest, run: RunConfig, memo: SearchMemo | None = Non
                         overlap_moe_expert_parallel_comm=overlap,
                     )
                     yield RunConfig(run.model, run.hardware, layout, options)
+                    twin = dynamic_cp_twin(run.model, layout, options, copy)
+                    if twin is not None:
+                        yield RunConfig(run.model, run.hardware, layout, twin)
+
+
+def dynamic_cp_twin(
+    model: ModelSpec, layout: ParallelLayout, options: TrainingOptions, copy: Callable[..., TrainingOptions]
+) -> TrainingOptions | None:
+    """The dynamic-CP twin of a packed variant with CP > 1 on the p2p ring, without EP overlap or
+    CUDA graphs (which it excludes: rules.dynamic_cp), at M = seq_len / CP (the same per-rank tokens,
+    so the same memory: ``memory_twin_key`` shares it); None where there is none to try."""
+    if not options.is_packed or layout.cp <= 1 or layout.cp_comm_type != "p2p" or layout.pp > 1:
+        return None
+    if options.overlap_moe_expert_parallel_comm or options.cuda_graph_scope or model.multi_latent_attention:
+        return None
+    return copy(options, dynamic_context_parallel=True, max_seqlen_per_dp_cp_rank=options.seq_len // layout.cp)
 
 
 def hierarchical_sizes(run: RunConfig) -> tuple[int, int] | None:
@@ -260,6 +277,9 @@ def priced_variants(
             continue
         if variant.options == fitted.run.options and variant.layout == fitted.run.layout:
             priced.append((variant, fitted.time, True))
+            continue
+        if variant.options.dynamic_context_parallel:  # priced per document class: estimate.dynamic_cp
+            priced.append((variant, estimate_time(variant, coefficients), False))
             continue
         key = amounts_key(variant)
         known = amounts.get(key)

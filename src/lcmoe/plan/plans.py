@@ -141,6 +141,7 @@ class Plan:
             "main_grads_dtype": opt.main_grads_dtype,
             "peft": opt.peft_summary(),
             **opt.activation_offload_summary(),
+            **opt.dynamic_cp_summary(),
             **opt.paged_stash_summary(),
             **opt.muon_summary(),
             "memory": self.memory.as_dict(),

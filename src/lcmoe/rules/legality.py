@@ -13,6 +13,7 @@ from lcmoe.layout import check_pipeline_layout, layers_split_evenly, pipeline_st
 from lcmoe.rules.activation_offload import ACTIVATION_OFFLOAD_RULES
 from lcmoe.rules.context_parallel import CP_A2A_HEADS, CP_HIER_SIZES, CP_HIER_THD, SEQ_CP, SEQ_SP
 from lcmoe.rules.delay_wgrad import DELAY_WGRAD_RULES
+from lcmoe.rules.dynamic_cp import DYNAMIC_CP_RULES
 from lcmoe.rules.megatron_fsdp import FSDP_RULES
 from lcmoe.rules.muon import MUON_RULES
 from lcmoe.rules.paged_stash import PAGED_STASH_RULES
@@ -395,6 +396,7 @@ RULES: tuple[LegalityRule, ...] = (
     *ACTIVATION_OFFLOAD_RULES,
     *PAGED_STASH_RULES,
     *DELAY_WGRAD_RULES,
+    *DYNAMIC_CP_RULES,
     *MUON_RULES,
     *FSDP_RULES,
 )

@@ -186,4 +186,8 @@ def estimate_time(
     """Step time of ``run`` with the shipped (or given) coefficients (``staged``: see
     ``time_amounts``)."""
     c = coefficients or shipped_time_coefficients(run.hardware.architecture)
+    if run.options.dynamic_context_parallel:  # documents regrouped per length: estimate.dynamic_cp
+        from lcmoe.estimate.dynamic_cp import dynamic_cp_time
+
+        return dynamic_cp_time(run, c)
     return combine(time_amounts(run, staged), c)
