@@ -184,7 +184,6 @@ OFFLOAD_FRACTION = typer.Option(
 DYNAMIC_CP = typer.Option(
     False,
     "--dynamic-cp/--no-dynamic-cp",
-    "--dynamic-context-parallel/--no-dynamic-context-parallel",
     help="dynamic context parallelism: each packed document runs on the fewest DP×CP ranks its length needs "
     "(mcore 0.19.2 hybrid_context_parallel; needs --doc-lengths)",
 )
